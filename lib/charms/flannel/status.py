@@ -1,0 +1,71 @@
+"""The unit's workload status, worked out from what the hook observed.
+
+Handlers record facts (a problem they hit, or none); `assess` turns the facts
+into the one status an operator sees, most actionable problem first. Keeping
+this a pure function means every status message is tested without a hook.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Optional
+
+from charms.flannel.subnet import SubnetEnv
+
+WAITING_FOR_ETCD = "Waiting for etcd relation."
+NEGOTIATING = "Negotiating flannel network subnet."
+SERIES_UPGRADE = "Series upgrade in progress"
+
+
+@dataclass(frozen=True)
+class Status:
+    state: str  # maintenance | blocked | waiting | active
+    message: str
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything `assess` needs, gathered by the handlers of one hook."""
+
+    series_upgrade: bool = False
+    resource_problem: Optional[str] = None  # ResourceProblem text
+    installed: bool = False
+    config_problem: Optional[str] = None  # InvalidOption text
+    etcd_related: bool = False
+    etcd_tls_ready: bool = False
+    etcd_problem: Optional[str] = None  # EtcdUnavailable reason
+    network_configured: bool = False
+    service_active: bool = False
+    cidr: Optional[ipaddress.IPv4Network] = None
+    subnet: Optional[SubnetEnv] = None
+
+
+def assess(seen: Observations) -> Status:
+    if seen.series_upgrade:
+        return Status("blocked", SERIES_UPGRADE)
+    if seen.resource_problem:
+        return Status("blocked", seen.resource_problem)
+    if not seen.installed:
+        return Status("maintenance", "Installing flannel.")
+    if seen.config_problem:
+        return Status("blocked", seen.config_problem)
+    if not seen.etcd_related:
+        return Status("blocked", WAITING_FOR_ETCD)
+    if not seen.etcd_tls_ready:
+        return Status("waiting", "Waiting for etcd client credentials.")
+    if seen.etcd_problem:
+        return Status("waiting", seen.etcd_problem)
+    if not seen.network_configured:
+        return Status("waiting", "Waiting to write the flannel network to etcd.")
+    if not seen.service_active:
+        return Status("waiting", "Waiting for flannel.service to start.")
+    subnet = seen.subnet
+    # A subnet.env left from before a cidr change is stale until flanneld
+    # leases anew; claiming it would be a lie.
+    if subnet is None or (seen.cidr is not None and not _inside(subnet, seen.cidr)):
+        return Status("waiting", NEGOTIATING)
+    return Status("active", f"Flannel subnet {subnet.subnet}")
+
+
+def _inside(subnet: SubnetEnv, cidr: ipaddress.IPv4Network) -> bool:
+    return subnet.subnet.network.subnet_of(cidr)
