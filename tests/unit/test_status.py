@@ -1,0 +1,60 @@
+"""The status an operator sees, for each state the unit can be in."""
+import ipaddress
+
+import pytest
+
+from charms.flannel.status import Observations, assess
+from charms.flannel.subnet import parse_subnet_env
+
+SUBNET_ENV = """FLANNEL_NETWORK=10.1.0.0/16
+FLANNEL_SUBNET=10.1.52.1/24
+FLANNEL_MTU=1450
+FLANNEL_IPMASQ=true
+"""
+CIDR = ipaddress.IPv4Network("10.1.0.0/16")
+
+HEALTHY = dict(installed=True, etcd_related=True, etcd_tls_ready=True,
+               network_configured=True, service_active=True, cidr=CIDR,
+               subnet=parse_subnet_env(SUBNET_ENV))
+
+
+def test_healthy_unit_shows_its_subnet():
+    status = assess(Observations(**HEALTHY))
+    assert (status.state, status.message) == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_without_etcd_the_unit_is_blocked_waiting_for_the_relation():
+    seen = Observations(**{**HEALTHY, "etcd_related": False, "etcd_tls_ready": False})
+    assert (assess(seen).state, assess(seen).message) == ("blocked", "Waiting for etcd relation.")
+
+
+def test_before_flanneld_writes_subnet_env_the_unit_is_negotiating():
+    seen = Observations(**{**HEALTHY, "subnet": None})
+    assert (assess(seen).state, assess(seen).message) == (
+        "waiting", "Negotiating flannel network subnet.")
+
+
+def test_a_subnet_outside_a_new_cidr_is_not_reported_as_active():
+    seen = Observations(**{**HEALTHY, "cidr": ipaddress.IPv4Network("10.9.0.0/16")})
+    assert assess(seen).state == "waiting"
+
+
+@pytest.mark.parametrize("override, state, text", [
+    ({"resource_problem": "Missing resource flannel-amd64"}, "blocked", "Missing resource"),
+    ({"config_problem": "Invalid vni: 0 is out of range"}, "blocked", "Invalid vni"),
+    ({"etcd_problem": "etcd unreachable at https://10.0.0.5:2379"}, "waiting", "etcd unreachable"),
+    ({"service_active": False}, "waiting", "flannel.service"),
+    ({"series_upgrade": True}, "blocked", "Series upgrade in progress"),
+    ({"installed": False}, "maintenance", "Installing"),
+])
+def test_each_problem_is_named_in_the_status(override, state, text):
+    status = assess(Observations(**{**HEALTHY, **override}))
+    assert status.state == state
+    assert text in status.message
+
+
+def test_bad_config_outranks_a_missing_etcd_relation():
+    # The operator can fix the option now; the relation may be on its way.
+    seen = Observations(**{**HEALTHY, "etcd_related": False,
+                           "config_problem": "Invalid cidr: \"x\" is not an IPv4 network"})
+    assert assess(seen).message.startswith("Invalid cidr")
