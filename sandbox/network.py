@@ -1,0 +1,415 @@
+"""The sandbox's test network: an isolated L2 segment between namespaces.
+
+A :class:`TestNetwork` is a dedicated "switch" network namespace holding a
+Linux bridge.  Every namespace attached to it (a machine, etcd's namespace)
+gets a veth pair whose one end is a port of that bridge and whose other end,
+``eth0`` in the attached namespace, carries an address of the test subnet.
+Nothing is routed: no namespace gets a default route, the root namespace gets
+no address and no link on the segment, so no packet can leave to a real
+network.  Several networks may exist at once (each engineer's test run has its
+own): they are fully separate, even with the same subnet.
+
+Names: every namespace is ``flsb-<tag>-<name>`` (the switch is
+``flsb-<tag>-switch``), where ``tag`` is 4 hex chars unique per network.  The
+owning process is recorded in ``$FLANNEL_SANDBOX_STATE/owners/<tag>.json``
+(default state root ``/var/lib/flannel-sandbox``); :func:`cleanup_stale`
+removes everything of networks whose owner is gone (a crashed earlier run):
+the processes inside their namespaces, the namespaces (and so their veths)
+and the machines' state directories.
+
+Addresses (subnet 172.31.254.0/24 by default): ``.1`` is left unused (there
+is no gateway), ``etcd`` gets ``.2``, other service namespaces ``.3``-``.10``,
+machines ``.11``, ``.12``, ... in order of attachment.
+
+API::
+
+    with TestNetwork(subnet="172.31.254.0/24") as net:     # create() / destroy()
+        net.tag, net.prefix ("flsb-<tag>-"), net.subnet, net.switch
+        net.netns_for("etcd") -> "flsb-<tag>-etcd"   # attached on first use
+        net.address_of("etcd") -> "172.31.254.2"
+        net.attach(name, address=None, kind="machine") -> Attachment
+        net.detach(name)                              # kills its processes, deletes it
+    cleanup_stale(force=False) -> list[str]           # what it removed
+    netns_pids(netns) -> list[int]; kill_netns_processes(netns)
+    run(argv, check=True) -> CompletedProcess         # small subprocess helper
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "flsb-"
+DEFAULT_SUBNET = "172.31.254.0/24"
+NETNS_DIR = Path("/run/netns")
+IFNAME = "eth0"
+BRIDGE = "br0"
+
+
+def state_root() -> Path:
+    return Path(os.environ.get("FLANNEL_SANDBOX_STATE", "/var/lib/flannel-sandbox"))
+
+
+class CommandFailed(subprocess.CalledProcessError):
+    """A failed command; str() includes its stderr."""
+
+    def __str__(self) -> str:
+        argv = " ".join(map(str, self.cmd))
+        err = (self.stderr or "").strip() or (self.output or "").strip()
+        return f"`{argv}` exited {self.returncode}: {err}"
+
+
+def run(argv, check=True, input=None, timeout=60, env=None) -> subprocess.CompletedProcess:
+    """subprocess.run with captured text output; raises CommandFailed."""
+    proc = subprocess.run(argv, input=input, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise CommandFailed(proc.returncode, argv, proc.stdout, proc.stderr)
+    return proc
+
+
+def list_netns() -> list[str]:
+    try:
+        return sorted(p.name for p in NETNS_DIR.iterdir())
+    except FileNotFoundError:
+        return []
+
+
+def _ns_id(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def pids_in_namespaces(ns_ids: set[tuple[int, int]], kinds=("net", "mnt")) -> list[int]:
+    """Pids of processes whose net or mount namespace is one of `ns_ids`."""
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        for kind in kinds:
+            if _ns_id(f"/proc/{entry}/ns/{kind}") in ns_ids:
+                found.append(int(entry))
+                break
+    return sorted(found)
+
+
+def netns_pids(netns: str) -> list[int]:
+    ns = _ns_id(NETNS_DIR / netns)
+    return pids_in_namespaces({ns}, kinds=("net",)) if ns else []
+
+
+def kill_pids(find, timeout: float = 5.0) -> None:
+    """SIGTERM what `find()` returns, then SIGKILL whatever is left after
+    `timeout` seconds; returns once `find()` is empty (or gives up after a
+    further few seconds: a process in uninterruptible sleep)."""
+    pids = find()
+    if not pids:
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap()
+        if not find():
+            return
+        time.sleep(0.05)
+    for _ in range(100):
+        pids = find()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _reap()
+        time.sleep(0.05)
+
+
+def _reap() -> None:
+    """Collect our own dead children (a zombie still shows in /proc)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_netns_processes(netns: str, timeout: float = 5.0) -> None:
+    ns = _ns_id(NETNS_DIR / netns)
+    if ns:
+        kill_pids(lambda: pids_in_namespaces({ns}, kinds=("net",)), timeout)
+
+
+def delete_netns(netns: str) -> None:
+    """Kill every process inside `netns`, then delete it (its veths go with it)."""
+    kill_netns_processes(netns)
+    if (NETNS_DIR / netns).exists():
+        run(["ip", "netns", "delete", netns], check=False)
+
+
+def _proc_start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _owner_file(tag: str) -> Path:
+    return state_root() / "owners" / f"{tag}.json"
+
+
+def owner_alive(tag: str) -> bool:
+    try:
+        owner = json.loads(_owner_file(tag).read_text())
+    except (OSError, ValueError):
+        return False
+    return _proc_start_time(owner["pid"]) == owner.get("start")
+
+
+def _tag_of(name: str) -> str | None:
+    m = re.match(rf"^{PREFIX}([0-9a-f]+)-", name)
+    return m.group(1) if m else None
+
+
+def cleanup_stale(force: bool = False) -> list[str]:
+    """Remove leftovers of sandbox networks whose owning process is dead (all
+    of them with force=True): processes in their namespaces, the namespaces,
+    machine state dirs and owner records.  Returns what it removed."""
+    removed = []
+    tags = set()
+    for name in list_netns():
+        tag = _tag_of(name)
+        if name.startswith(PREFIX) and (force or tag is None or not owner_alive(tag)):
+            tags.add(tag)
+    root = state_root()
+    if root.is_dir():
+        for d in root.iterdir():
+            tag = _tag_of(d.name)
+            if tag and (force or not owner_alive(tag)):
+                tags.add(tag)
+        owners = root / "owners"
+        if owners.is_dir():
+            for f in owners.glob("*.json"):
+                if force or not owner_alive(f.stem):
+                    tags.add(f.stem)
+    for tag in tags:
+        prefix = f"{PREFIX}{tag}-" if tag else PREFIX
+        names = [n for n in list_netns() if n.startswith(prefix) and (tag or _tag_of(n) is None)]
+        # Kill the processes of all of the tag's namespaces at once, then delete.
+        ids = {i for i in (_ns_id(NETNS_DIR / n) for n in names) if i}
+        if ids:
+            kill_pids(lambda: pids_in_namespaces(ids, kinds=("net",)))
+        for n in names:
+            delete_netns(n)
+            removed.append(f"netns {n}")
+        if tag and root.is_dir():
+            for d in root.iterdir():
+                if d.name.startswith(prefix) and d.is_dir():
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed.append(f"state {d}")
+            owner = _owner_file(tag)
+            if owner.exists():
+                owner.unlink()
+                removed.append(f"owner {owner}")
+    return removed
+
+
+@dataclass(frozen=True)
+class Attachment:
+    name: str          # logical name ("etcd", "m1", ...)
+    netns: str         # network namespace name ("flsb-<tag>-m1")
+    address: str       # its address on the test subnet
+    prefixlen: int
+    ifname: str        # its interface on the segment, inside netns ("eth0")
+    port: str          # the veth end in the switch namespace
+
+
+class TestNetwork:
+    __test__ = False   # not a pytest test class
+
+    def __init__(self, subnet: str = DEFAULT_SUBNET, tag: str | None = None):
+        self.subnet = ipaddress.ip_network(subnet)
+        if self.subnet.num_addresses < 32:
+            raise ValueError("the test subnet needs at least 32 addresses")
+        self.tag = tag or secrets.token_hex(2)
+        self.prefix = f"{PREFIX}{self.tag}-"
+        self.switch = self.prefix + "switch"
+        self._attached: dict[str, Attachment] = {}
+        self._ports = 0
+        self.created = False
+
+    # --- lifecycle ----------------------------------------------------------
+    def create(self) -> "TestNetwork":
+        if self.created:
+            return self
+        cleanup_stale()
+        owner = _owner_file(self.tag)
+        owner.parent.mkdir(parents=True, exist_ok=True)
+        owner.write_text(json.dumps({"pid": os.getpid(), "start": _proc_start_time(os.getpid())}))
+        try:
+            run(["ip", "netns", "add", self.switch])
+            self.created = True
+            ip = ["ip", "-n", self.switch]
+            run(ip + ["link", "set", "lo", "up"])
+            run(ip + ["link", "add", BRIDGE, "type", "bridge"])
+            run(ip + ["link", "set", BRIDGE, "up"])
+        except Exception:
+            self.destroy()
+            raise
+        return self
+
+    def destroy(self) -> None:
+        for name in list(self._attached):
+            self.detach(name)
+        # Anything else named after this network (pods, machines made by others).
+        for n in list_netns():
+            if n.startswith(self.prefix) and n != self.switch:
+                delete_netns(n)
+        delete_netns(self.switch)
+        self.created = False
+        _owner_file(self.tag).unlink(missing_ok=True)
+
+    def __enter__(self) -> "TestNetwork":
+        return self.create()
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    # --- attachments --------------------------------------------------------
+    def _pick_address(self, name: str, kind: str) -> str:
+        hosts = list(self.subnet.hosts())
+        used = {a.address for a in self._attached.values()}
+        if name == "etcd":
+            candidates = [hosts[1]]
+        elif kind == "machine":
+            candidates = hosts[10:]
+        else:
+            candidates = hosts[2:10]
+        for addr in candidates:
+            if str(addr) not in used:
+                return str(addr)
+        raise RuntimeError(f"no free {kind} address left on {self.subnet}")
+
+    def attach(self, name: str, address: str | None = None, kind: str = "service") -> Attachment:
+        """Create namespace `flsb-<tag>-<name>` with eth0 on the segment."""
+        if not self.created:
+            raise RuntimeError("TestNetwork.create() first")
+        if name in self._attached:
+            raise ValueError(f"{name!r} is already attached")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+            raise ValueError(f"bad name {name!r}: lowercase letters, digits and '-' only")
+        address = address or self._pick_address(name, kind)
+        if ipaddress.ip_address(address) not in self.subnet:
+            raise ValueError(f"{address} is not in {self.subnet}")
+        netns = self.prefix + name
+        self._ports += 1
+        port = f"port{self._ports}"
+        att = Attachment(name, netns, address, self.subnet.prefixlen, IFNAME, port)
+        run(["ip", "netns", "add", netns])
+        self._attached[name] = att
+        try:
+            sw = ["ip", "-n", self.switch]
+            inside = ["ip", "-n", netns]
+            # Both ends are born in namespaces of ours: the root namespace
+            # never holds a link of the segment, not even for a moment.
+            run(sw + ["link", "add", port, "type", "veth", "peer", "name", IFNAME, "netns", netns])
+            run(sw + ["link", "set", port, "master", BRIDGE])
+            run(sw + ["link", "set", port, "up"])
+            run(inside + ["link", "set", "lo", "up"])
+            run(inside + ["addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", IFNAME])
+            run(inside + ["link", "set", IFNAME, "up"])
+        except Exception:
+            self.detach(name)
+            raise
+        return att
+
+    def detach(self, name: str) -> None:
+        att = self._attached.pop(name, None)
+        if att is not None:
+            delete_netns(att.netns)
+
+    def netns_for(self, name: str) -> str:
+        """The namespace of `name` on this network, attached on first use
+        (`etcd` always gets the subnet's second address, .2)."""
+        if name not in self._attached:
+            self.attach(name)
+        return self._attached[name].netns
+
+    def address_of(self, name: str) -> str:
+        return self._attached[name].address
+
+    def attachment(self, name: str) -> Attachment:
+        return self._attached[name]
+
+    @property
+    def attached(self) -> dict[str, Attachment]:
+        return dict(self._attached)
+
+
+# An ICMP echo client run by the host's Python inside a namespace (`ping` from
+# iputils is not installed on these hosts).  Prints "sent received".
+_PING = r"""
+import os, select, socket, struct, sys, time
+dst, count, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+ident = os.getpid() & 0xffff
+received = 0
+for seq in range(1, count + 1):
+    payload = b"flsb-ping" + struct.pack("!d", time.time())
+    hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+    pkt = struct.pack("!BBHHH", 8, 0, csum(hdr + payload), ident, seq) + payload
+    try:
+        sock.sendto(pkt, (dst, 0))
+    except OSError as e:
+        print("send:", e, file=sys.stderr)
+        time.sleep(wait); continue
+    deadline = time.monotonic() + wait
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0: break
+        if not select.select([sock], [], [], left)[0]: break
+        data, addr = sock.recvfrom(2048)
+        ihl = (data[0] & 0x0f) * 4
+        typ, code, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
+        if typ == 0 and rid == ident and rseq == seq and addr[0] == dst:
+            received += 1
+            time.sleep(max(0.0, deadline - time.monotonic() - wait + 0.2))
+            break
+print(count, received)
+"""
+
+
+def ping_from_netns(netns: str, address: str, count: int = 3, wait: float = 1.0) -> int:
+    """Send `count` ICMP echo requests to `address` from inside `netns`
+    (a namespace of ours); returns how many were answered."""
+    proc = run(["nsenter", f"--net={NETNS_DIR / netns}", "--", "python3", "-c", _PING,
+                address, str(count), str(wait)], check=False, timeout=count * wait + 30)
+    try:
+        return int(proc.stdout.split()[1])
+    except (IndexError, ValueError):
+        raise CommandFailed(proc.returncode, ["ping", address], proc.stdout, proc.stderr)

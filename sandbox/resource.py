@@ -1,0 +1,256 @@
+"""Build the charm's resource tarball and ``cnitool`` from pinned Go modules.
+
+The flannel charm takes one resource per architecture, ``flannel-<arch>``: a
+gzip tar holding ``flanneld`` and ``cni-plugin/flannel`` (both 0755).  This
+module builds both binaries, plus libcni's own runtime ``cnitool`` (used by
+:mod:`sandbox.pod`), with ``go install MODULE@VERSION`` from the Go module
+proxy.  Nothing is vendored or downloaded by hand.
+
+Everything Go produces is cached outside the repository, under
+``$FLANNEL_CACHE/go`` (default ``/var/cache/flannel-charm/go``)::
+
+    go/mod/                          GOMODCACHE (module downloads, shared)
+    go/build/                        GOCACHE (compiler cache, shared)
+    go/install/<arch>/<name>@<ver>/  one GOPATH per binary, arch and version;
+                                     the binary lands in bin/ (native) or
+                                     bin/linux_<arch>/ (cross-compiled)
+
+A binary already in its install dir (with a stamp matching the build
+settings) is reused, so a second build only re-packs the tarball.  A
+per-binary GOPATH rather than GOBIN because ``go install`` refuses GOBIN when
+cross-compiling.
+
+API::
+
+    build_resource(arch="amd64", out_dir=Path) -> Path   # out_dir/flannel-<arch>.tar.gz
+    cnitool_path() -> Path                               # host-arch cnitool, built if missing
+    binary_path(name, arch="amd64") -> Path              # "flanneld" | "flannel" | "cnitool"
+    host_arch() -> str                                   # "amd64" | "arm64" | "s390x"
+    ARCHES                                               # ("amd64", "arm64", "s390x")
+    class BuildFailed(RuntimeError)                      # .log holds go's output
+
+Command line::
+
+    python -m sandbox.resource [--arch amd64|arm64|s390x|all] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# --- pinned versions ---------------------------------------------------------
+# flanneld: v0.27.4 is the newest flannel that builds from the module proxy.
+# v0.28.x import tencentcloud-sdk-go/tencentcloud/vpc@v1.3.188, whose zip the
+# proxy refuses (403 "This module version is not available").
+FLANNEL_MODULE = "github.com/flannel-io/flannel"
+FLANNEL_VERSION = "v0.27.4"
+# The flannel CNI plugin: the dedicated module github.com/flannel-io/cni-plugin
+# is refused by the proxy at every version, so we build the same plugin from
+# its previous home, containernetworking/plugins, where it lived until v1.0.0.
+# v0.9.1 is the last release that has it; the binary is named "flannel".
+CNI_PLUGIN_MODULE = "github.com/containernetworking/plugins"
+CNI_PLUGIN_PACKAGE = "github.com/containernetworking/plugins/plugins/meta/flannel"
+CNI_PLUGIN_VERSION = "v0.9.1"
+# cnitool: libcni's runtime CLI; v1.3.0 is the newest cni release.
+CNITOOL_PACKAGE = "github.com/containernetworking/cni/cnitool"
+CNITOOL_VERSION = "v1.3.0"
+
+ARCHES = ("amd64", "arm64", "s390x")
+TARBALL_MEMBERS = ("flanneld", "cni-plugin/flannel")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"))
+
+
+class BuildFailed(RuntimeError):
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass(frozen=True)
+class GoBinary:
+    name: str          # the binary's file name as go install writes it
+    package: str       # the package path given to go install (without @version)
+    version: str
+    ldflags: str = "-s -w"
+
+    def cgo(self, arch: str) -> bool:
+        # flanneld's udp backend (cproxy) is cgo: without cgo on amd64 the
+        # build fails; the other architectures compile the backend out.
+        return self.name == "flanneld" and arch == "amd64"
+
+
+BINARIES = {
+    "flanneld": GoBinary(
+        "flanneld", FLANNEL_MODULE, FLANNEL_VERSION,
+        # so that `flanneld -version` prints the real version instead of "dev"
+        ldflags=f"-s -w -X {FLANNEL_MODULE}/pkg/version.Version={FLANNEL_VERSION}",
+    ),
+    "flannel": GoBinary("flannel", CNI_PLUGIN_PACKAGE, CNI_PLUGIN_VERSION),
+    "cnitool": GoBinary("cnitool", CNITOOL_PACKAGE, CNITOOL_VERSION),
+}
+# go install names flanneld's binary after the module's last element.
+_GO_OUTPUT_NAME = {"flanneld": "flannel", "flannel": "flannel", "cnitool": "cnitool"}
+
+
+def host_arch() -> str:
+    machine = platform.machine()
+    return {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+            "s390x": "s390x", "amd64": "amd64"}.get(machine, machine)
+
+
+def _install_dir(binary: GoBinary, arch: str) -> Path:
+    return cache_root() / "go" / "install" / arch / f"{binary.name}@{binary.version}"
+
+
+def _stamp(binary: GoBinary, arch: str) -> str:
+    return json.dumps({"package": binary.package, "version": binary.version,
+                       "ldflags": binary.ldflags, "cgo": binary.cgo(arch),
+                       "arch": arch}, sort_keys=True)
+
+
+def _built_path(binary: GoBinary, arch: str) -> Path:
+    gopath = _install_dir(binary, arch)
+    out = _GO_OUTPUT_NAME[binary.name]
+    if arch == host_arch():
+        return gopath / "bin" / out
+    return gopath / "bin" / f"linux_{arch}" / out
+
+
+def _log(progress, text: str) -> None:
+    if progress:
+        progress(text)
+
+
+def binary_path(name: str, arch: str = "amd64", progress=None) -> Path:
+    """Path of a cached binary, running `go install` first if it is missing."""
+    if arch not in ARCHES:
+        raise ValueError(f"unsupported arch {arch!r}; one of {', '.join(ARCHES)}")
+    binary = BINARIES[name]
+    gopath = _install_dir(binary, arch)
+    built = _built_path(binary, arch)
+    stamp_file = gopath / "stamp.json"
+    stamp = _stamp(binary, arch)
+    if built.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
+        _log(progress, f"cached   {name} {binary.version} ({arch}): {built}")
+        return built
+    if shutil.which("go") is None:
+        raise BuildFailed("the Go toolchain (`go`) is not installed")
+    go = cache_root() / "go"
+    env = dict(os.environ)
+    env.update({
+        "GOPATH": str(gopath),
+        "GOMODCACHE": str(go / "mod"),
+        "GOCACHE": str(go / "build"),
+        "GOOS": "linux",
+        "GOARCH": arch,
+        "CGO_ENABLED": "1" if binary.cgo(arch) else "0",
+        "GOFLAGS": "-buildvcs=false -modcacherw",
+        "GOTOOLCHAIN": "local",
+        "GO111MODULE": "on",
+    })
+    env.pop("GOBIN", None)
+    cmd = ["go", "install", "-trimpath", f"-ldflags={binary.ldflags}",
+           f"{binary.package}@{binary.version}"]
+    _log(progress, f"building {name} {binary.version} ({arch}, cgo={env['CGO_ENABLED']}) ...")
+    start = time.monotonic()
+    gopath.mkdir(parents=True, exist_ok=True)
+    stamp_file.unlink(missing_ok=True)
+    proc = subprocess.run(cmd, env=env, cwd=str(gopath), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0 or not built.is_file():
+        raise BuildFailed(
+            f"go install {binary.package}@{binary.version} for {arch} failed "
+            f"(exit {proc.returncode}): {proc.stdout.strip()[-2000:]}", proc.stdout)
+    stamp_file.write_text(stamp)
+    _log(progress, f"built    {name} in {time.monotonic() - start:.1f}s: {built}")
+    return built
+
+
+def cnitool_path(progress=None) -> Path:
+    """The host-arch cnitool, built into the cache if missing."""
+    return binary_path("cnitool", host_arch(), progress)
+
+
+def _add_member(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = mode
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _add_dir(tar: tarfile.TarFile, name: str) -> None:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    info.mode = 0o755
+    info.mtime = 0
+    info.uname = info.gname = "root"
+    tar.addfile(info)
+
+
+def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None) -> Path:
+    """Build (or reuse) flanneld and the flannel CNI plugin for `arch` and pack
+    them into `out_dir/flannel-<arch>.tar.gz`, reproducibly (fixed mtimes and
+    owners, so the same binaries always give the same bytes)."""
+    flanneld = binary_path("flanneld", arch, progress)
+    plugin = binary_path("flannel", arch, progress)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"flannel-{arch}.tar.gz"
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            _add_member(tar, "flanneld", flanneld.read_bytes(), 0o755)
+            _add_dir(tar, "cni-plugin")
+            _add_member(tar, "cni-plugin/flannel", plugin.read_bytes(), 0o755)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, target)
+    digest = hashlib.sha256(buf.getvalue()).hexdigest()[:16]
+    _log(progress, f"packed   {target} ({len(buf.getvalue())} bytes, sha256 {digest}...)")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.resource", description=__doc__.split("\n")[0])
+    parser.add_argument("--arch", default=host_arch(), choices=ARCHES + ("all",))
+    parser.add_argument("--out", default=str(cache_root() / "resources"),
+                        help="directory for flannel-<arch>.tar.gz (default: %(default)s)")
+    parser.add_argument("--cnitool", action="store_true", help="also build cnitool (host arch)")
+    args = parser.parse_args(argv)
+    arches = ARCHES if args.arch == "all" else (args.arch,)
+    progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    start = time.monotonic()
+    try:
+        paths = [build_resource(a, Path(args.out), progress) for a in arches]
+        if args.cnitool:
+            progress(f"cnitool: {cnitool_path(progress)}")
+    except BuildFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    progress(f"done in {time.monotonic() - start:.1f}s")
+    for p in paths:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
