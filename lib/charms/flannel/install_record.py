@@ -1,0 +1,235 @@
+"""The record of every file and directory the charm put on the unit.
+
+This is the fix for LP #1866869: on stop the charm removes exactly what it
+installed, and nothing else.
+
+- A path the charm wrote is recorded with the sha256 and mode it wrote.
+- If something already stood at a path the first time the charm wrote it, a
+  copy is kept under originals/ and put back, byte for byte, on remove_all().
+- On remove_all(), a file whose content no longer matches the record was
+  changed by someone else since (e.g. a principal re-extracting its CNI
+  plugins); it is left alone and reported.
+- Directories are removed only if the charm created them and they are empty.
+
+Layout of the record directory (0700; originals may hold keys):
+    record.json      {"files": {path: {...}}, "directories": [path, ...]}
+    originals/<path> copies of pre-existing files, mirrored by absolute path
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RECORD_FILE = "record.json"
+ORIGINALS_DIR = "originals"
+DEFAULT_DIR_MODE = 0o755
+
+
+@dataclass
+class RemovalReport:
+    removed: list[Path] = field(default_factory=list)  # deleted: the charm's own files
+    restored: list[Path] = field(default_factory=list)  # pre-charm original put back
+    left_changed: list[Path] = field(default_factory=list)  # changed since; left alone
+    gone: list[Path] = field(default_factory=list)  # already absent; nothing to do
+    directories_removed: list[Path] = field(default_factory=list)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _sha256_file(path: Path) -> str | None:
+    """Hash of a regular file's content; None for anything else."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_atomically(path: Path, data: bytes, mode: int) -> None:
+    """Write a temp file beside path, set its mode, fsync, rename over path:
+    readers see the old file or the new one, never a partial one."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class InstallRecord:
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self._record_file = self.directory / RECORD_FILE
+        self._originals = self.directory / ORIGINALS_DIR
+        self._files: dict[str, dict[str, Any]] = {}
+        self._directories: list[str] = []
+        self._load()
+
+    # -- public API ---------------------------------------------------------
+
+    def install(self, path: Path | str, data: bytes, mode: int) -> bool:
+        """Atomically put data at path with mode; True if the content changed.
+
+        The first time the charm writes a path, whatever stood there is kept so
+        remove_all() can restore it. The record is saved before the file is
+        written, so a crash in between leaves a file the record does not claim
+        as the charm's (remove_all then leaves it), never an unrecorded one.
+        """
+        path = _absolute(path)
+        self.ensure_directory(path.parent, DEFAULT_DIR_MODE)
+        if path.is_dir() and not path.is_symlink():
+            raise IsADirectoryError(f"{path} is a directory; refusing to replace it")
+        current = _sha256_file(path)
+        wanted = sha256_bytes(data)
+        key = str(path)
+        entry = self._files.get(key)
+        if entry is None:
+            entry = {"original": self._keep_original(path)}
+            self._files[key] = entry
+        if current == wanted and entry.get("sha256") == wanted:
+            if stat.S_IMODE(path.stat().st_mode) != mode:
+                os.chmod(path, mode)
+                entry["mode"] = mode
+                self._save()
+            return False
+        entry.update(sha256=wanted, mode=mode)
+        self._save()
+        _write_atomically(path, data, mode)
+        return current != wanted
+
+    def ensure_directory(self, path: Path | str, mode: int) -> None:
+        """Create path and any missing parents; record the ones created (so
+        remove_all can remove them if empty). mode applies to created
+        directories only: existing ones belong to someone else."""
+        path = _absolute(path)
+        missing = []
+        probe = path
+        while not probe.exists():
+            missing.append(probe)
+            probe = probe.parent
+        for directory in reversed(missing):  # shallowest first
+            directory.mkdir()
+            os.chmod(directory, mode if directory == path else DEFAULT_DIR_MODE)
+            self._directories.append(str(directory))
+            self._save()
+
+    def recorded_paths(self) -> list[Path]:
+        return [Path(p) for p in self._files]
+
+    def is_recorded(self, path: Path | str) -> bool:
+        return str(_absolute(path)) in self._files
+
+    def remove_all(self) -> RemovalReport:
+        """Undo every install: remove or restore each recorded file that is
+        still as the charm left it, then remove the charm's empty directories,
+        then forget everything. A second call is a quiet no-op."""
+        report = RemovalReport()
+        for key in reversed(list(self._files)):
+            self._undo_file(Path(key), self._files[key], report)
+        for key in reversed(self._directories):  # deepest first
+            directory = Path(key)
+            try:
+                directory.rmdir()
+                report.directories_removed.append(directory)
+            except OSError:
+                pass  # not empty (someone else's files), or already gone
+        self._forget()
+        return report
+
+    # -- internals ------------------------------------------------------------
+
+    def _undo_file(self, path: Path, entry: dict[str, Any], report: RemovalReport) -> None:
+        if not os.path.lexists(path):
+            report.gone.append(path)
+            return
+        if _sha256_file(path) != entry.get("sha256"):
+            report.left_changed.append(path)
+            return
+        original = entry.get("original")
+        if original is None:
+            path.unlink()
+            report.removed.append(path)
+        elif original["kind"] == "symlink":
+            temp = path.with_name(f".{path.name}.restore.tmp")
+            if os.path.lexists(temp):
+                temp.unlink()
+            os.symlink(original["target"], temp)
+            os.replace(temp, path)
+            report.restored.append(path)
+        else:
+            data = (self._originals / path.relative_to("/")).read_bytes()
+            _write_atomically(path, data, original["mode"])
+            report.restored.append(path)
+
+    def _keep_original(self, path: Path) -> dict[str, Any] | None:
+        """Copy what stands at path before the charm first writes it."""
+        if path.is_symlink():
+            return {"kind": "symlink", "target": os.readlink(path)}
+        if not path.is_file():
+            return None
+        copy = self._originals / path.relative_to("/")
+        self._make_private_dirs(copy.parent)
+        _write_atomically(copy, path.read_bytes(), 0o600)
+        return {"kind": "file", "mode": stat.S_IMODE(path.stat().st_mode)}
+
+    def _make_private_dirs(self, directory: Path) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.directory, 0o700)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def _forget(self) -> None:
+        """Delete the record and the kept originals; the directory goes too
+        unless something else was put in it."""
+        self._files, self._directories = {}, []
+        shutil.rmtree(self._originals, ignore_errors=True)
+        try:
+            self._record_file.unlink()
+        except FileNotFoundError:
+            pass
+        try:
+            self.directory.rmdir()
+        except OSError:
+            pass
+
+    def _load(self) -> None:
+        try:
+            raw = json.loads(self._record_file.read_text())
+        except FileNotFoundError:
+            return
+        self._files = dict(raw.get("files", {}))
+        self._directories = list(raw.get("directories", []))
+
+    def _save(self) -> None:
+        self._make_private_dirs(self.directory)
+        data = json.dumps(
+            {"version": 1, "files": self._files, "directories": self._directories},
+            indent=1,
+        ).encode()
+        _write_atomically(self._record_file, data, 0o600)
+
+
+def _absolute(path: Path | str) -> Path:
+    path = Path(path)
+    if not path.is_absolute():
+        raise ValueError(f"install record paths must be absolute: {path}")
+    return path

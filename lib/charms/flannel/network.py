@@ -1,0 +1,261 @@
+"""flannel's network configuration and the etcd it lives in.
+
+NetworkStore talks to etcd through etcd3gw's HTTP gateway client with a
+requests.Session of our own: trust_env=False, because REQUESTS_CA_BUNDLE or
+CURL_CA_BUNDLE in the environment would otherwise replace the etcd CA from the
+relation and break (or silently widen) TLS verification.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import etcd3gw
+import requests
+from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
+
+from .options import InvalidOption, NetworkOptions
+
+DEFAULT_PREFIX = "/coreos.com/network"
+DEFAULT_ETCD_PORT = 2379
+DEFAULT_BACKEND = "vxlan"  # what flanneld assumes when Backend has no Type
+
+T = TypeVar("T")
+
+
+def network_config(options: NetworkOptions) -> dict[str, Any]:
+    """The JSON flanneld reads from <prefix>/config."""
+    backend: dict[str, Any] = {"Type": options.backend}
+    if options.backend == "vxlan":
+        backend["VNI"] = options.vni
+        if options.port:  # absent = the kernel's default port
+            backend["Port"] = options.port
+    return {
+        "Network": str(options.cidr),
+        "SubnetLen": options.subnet_len,
+        "Backend": backend,
+    }
+
+
+def backend_type(config: dict[str, Any] | None) -> str | None:
+    """The backend type a stored config asks for (None when there is none)."""
+    if config is None:
+        return None
+    backend = config.get("Backend")
+    if isinstance(backend, dict) and backend.get("Type"):
+        return str(backend["Type"]).lower()
+    return DEFAULT_BACKEND
+
+
+def check_backend_change(
+    current: dict[str, Any] | None, wanted: dict[str, Any], live_leases: int
+) -> None:
+    """Refuse to switch backends under running nodes: flanneld cannot migrate,
+    and nodes on the old backend would lose their routes to the new ones."""
+    old, new = backend_type(current), backend_type(wanted)
+    if old is None or old == new or live_leases <= 0:
+        return
+    holders = "1 node holds a lease" if live_leases == 1 else f"{live_leases} nodes hold leases"
+    raise InvalidOption(
+        "backend",
+        f"cannot change from {old} to {new} while {holders}; "
+        f"set backend back to {old}, or remove flannel from every node first",
+    )
+
+
+class EtcdUnavailable(Exception):
+    """No etcd endpoint could be used; reason is meant for a waiting status."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class EtcdClientSettings:
+    endpoints: tuple[str, ...]  # "https://host:port", in the order to try them
+    ca_file: str
+    cert_file: str
+    key_file: str
+    timeout: float = 5.0  # seconds per request; etcd3gw waits forever without one
+
+    @classmethod
+    def from_connection_string(
+        cls,
+        connection_string: str,
+        ca_file: str,
+        cert_file: str,
+        key_file: str,
+        timeout: float = 5.0,
+    ) -> EtcdClientSettings:
+        """Parse the etcd relation's comma-joined https URIs.
+
+        Raises EtcdUnavailable when there is no usable https endpoint: that is
+        a state to wait in (the provider has not published yet), not a crash.
+        """
+        endpoints = []
+        for item in (connection_string or "").split(","):
+            item = item.strip()
+            if not item:
+                continue
+            endpoints.append(_normalise_endpoint(item, connection_string))
+        if not endpoints:
+            raise EtcdUnavailable("etcd has not published any endpoint yet")
+        return cls(tuple(endpoints), str(ca_file), str(cert_file), str(key_file), timeout)
+
+
+def _normalise_endpoint(item: str, whole: str) -> str:
+    try:
+        url = urlsplit(item)
+        port = url.port or DEFAULT_ETCD_PORT
+    except ValueError:
+        url, port = None, 0
+    if url is None or url.scheme != "https" or not url.hostname:
+        raise EtcdUnavailable(
+            f"etcd connection string {whole!r} has an endpoint that is not https://host:port: {item!r}"
+        )
+    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    return f"https://{host}:{port}"
+
+
+class NetworkStore:
+    """flannel's network config and subnet leases under one prefix of one etcd."""
+
+    def __init__(self, settings: EtcdClientSettings, prefix: str = DEFAULT_PREFIX) -> None:
+        self.settings = settings
+        self.prefix = "/" + prefix.strip("/")
+        self.session = requests.Session()
+        self.session.trust_env = False  # ignore *_CA_BUNDLE and proxy variables
+        self.session.verify = settings.ca_file
+        self.session.cert = (settings.cert_file, settings.key_file)
+        self._clients: dict[str, etcd3gw.Etcd3Client] = {}
+        self._preferred: str | None = None  # the endpoint that answered last
+
+    @property
+    def config_key(self) -> str:
+        return f"{self.prefix}/config"
+
+    @property
+    def subnets_prefix(self) -> str:
+        return f"{self.prefix}/subnets/"
+
+    def read_config(self) -> dict[str, Any] | None:
+        """The stored network config; None if absent or not a JSON object."""
+        values = self._call(lambda client: client.get(self.config_key))
+        if not values:
+            return None
+        return _json_object(values[0])
+
+    def write_config(self, config: dict[str, Any]) -> bool:
+        """Store config unless an equal one is there; True if it changed."""
+        if self.read_config() == config:
+            return False
+        data = json.dumps(config, sort_keys=True).encode()
+        self._call(lambda client: client.put(self.config_key, data))
+        return True
+
+    def leases(self) -> list[dict[str, Any]]:
+        """The subnet leases flanneld holds (expired ones are gone from etcd).
+
+        Each is the lease's JSON (PublicIP, BackendType, ...) plus "Subnet",
+        taken from the key: "<prefix>/subnets/10.1.52.0-24" -> "10.1.52.0/24".
+        A lease whose value does not parse still counts, with only "Subnet".
+        """
+        items = self._call(lambda client: client.get_prefix(self.subnets_prefix))
+        leases = []
+        for value, meta in items:
+            key = meta["key"].decode() if isinstance(meta["key"], bytes) else str(meta["key"])
+            lease = _json_object(value) or {}
+            lease["Subnet"] = key[len(self.subnets_prefix):].replace("-", "/")
+            leases.append(lease)
+        return leases
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> NetworkStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _client(self, endpoint: str) -> etcd3gw.Etcd3Client:
+        if endpoint not in self._clients:
+            url = urlsplit(endpoint)
+            self._clients[endpoint] = etcd3gw.Etcd3Client(
+                host=url.hostname or "",
+                port=url.port or DEFAULT_ETCD_PORT,
+                protocol="https",
+                timeout=self.settings.timeout,
+                session=self.session,
+            )
+        return self._clients[endpoint]
+
+    def _call(self, operation: Callable[[etcd3gw.Etcd3Client], T]) -> T:
+        """Run operation on the first endpoint that answers."""
+        order = list(self.settings.endpoints)
+        if self._preferred in order:
+            order.remove(self._preferred)
+            order.insert(0, self._preferred)
+        failures = []
+        for endpoint in order:
+            try:
+                result = operation(self._client(endpoint))
+            # OSError: requests raises it for a missing certificate or key file.
+            except (Etcd3Exception, requests.RequestException, OSError) as error:
+                failures.append(f"{endpoint} ({describe_error(error, self.settings.timeout)})")
+                continue
+            self._preferred = endpoint
+            return result
+        raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
+
+
+def _json_object(value: bytes) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+# Known low-level failures, in the words an operator can act on.
+_ERROR_PATTERNS = (
+    (re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", re.I),
+     "TLS certificate verification failed: the server's certificate is not signed by the etcd CA "
+     "from the relation, or does not name this address"),
+    (re.compile(r"TLSV1_ALERT_UNKNOWN_CA|alert unknown ca|bad certificate|certificate required",
+                re.I),
+     "etcd rejected the client certificate"),
+    (re.compile(r"SSLEOFError|EOF occurred in violation of protocol|Connection reset", re.I),
+     "etcd cut the TLS handshake short; it most likely rejected the client certificate"),
+    (re.compile(r"Connection refused", re.I), "connection refused"),
+    (re.compile(r"No route to host", re.I), "no route to host"),
+    (re.compile(r"Network is unreachable", re.I), "network unreachable"),
+    (re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name",
+                re.I),
+     "host name does not resolve"),
+    (re.compile(r"No such file or directory|Could not find the TLS", re.I),
+     "a client certificate, key or CA file is missing"),
+)
+
+
+def describe_error(error: BaseException, timeout: float) -> str:
+    """One short line for an etcd3gw/requests error (etcd3gw keeps its text in
+    detail_text, not str())."""
+    if isinstance(error, (ConnectionTimeoutError, requests.Timeout)):
+        return f"no answer within {timeout:g}s"
+    detail = getattr(error, "detail_text", None) or str(error) or type(error).__name__
+    for pattern, text in _ERROR_PATTERNS:
+        if pattern.search(detail):
+            return text
+    detail = " ".join(str(detail).split())
+    # requests nests the useful part: "...(Caused by X(Y(8, 'the reason')))".
+    quoted = re.findall(r"'([^']{8,})'", detail.partition("Caused by")[2])
+    if quoted:
+        detail = quoted[-1]
+    return detail if len(detail) <= 200 else detail[:197] + "..."

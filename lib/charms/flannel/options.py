@@ -1,0 +1,181 @@
+"""Validation of the charm's network options.
+
+parse_options() turns the raw config into NetworkOptions or raises
+InvalidOption, whose text becomes the unit's blocked status verbatim, so
+every reason is written for an operator reading `juju status`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+BACKENDS = ("vxlan", "host-gw")
+MAX_SUBNET_LEN = 30  # a /30 leaves two pod addresses; anything longer is useless
+MAX_VNI = 2**24 - 1  # VXLAN network identifiers are 24 bits
+MAX_PORT = 65535
+VXLAN_KERNEL_PORT = 8472  # what port 0 means to flanneld's vxlan backend
+
+# Used when a key is absent (Juju always sends every key; tests may not).
+DEFAULTS: Mapping[str, object] = {
+    "cidr": "10.1.0.0/16",
+    "subnet-len": 24,
+    "backend": "vxlan",
+    "iface": "",
+    "port": 0,
+    "vni": 1,
+}
+
+# Ranges a pod network must not overlap: packets there never reach a pod.
+_UNUSABLE = (
+    (ipaddress.IPv4Network("0.0.0.0/8"), "0.0.0.0/8 (this-network)"),
+    (ipaddress.IPv4Network("127.0.0.0/8"), "127.0.0.0/8 (loopback)"),
+    (ipaddress.IPv4Network("169.254.0.0/16"), "169.254.0.0/16 (link-local)"),
+    (ipaddress.IPv4Network("224.0.0.0/4"), "224.0.0.0/4 (multicast)"),
+    (ipaddress.IPv4Network("240.0.0.0/4"), "240.0.0.0/4 (reserved)"),
+)
+
+# Linux accepts up to 15 bytes without '/', ':' or whitespace (dev_valid_name);
+# require a sane first character as well.
+_IFACE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}")
+
+
+class InvalidOption(ValueError):
+    """A config option the charm cannot use; str() is the blocked status."""
+
+    def __init__(self, option: str, reason: str) -> None:
+        self.option = option
+        self.reason = reason
+        self.message = f"Invalid {option}: {reason}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    cidr: ipaddress.IPv4Network
+    subnet_len: int
+    backend: str  # "vxlan" | "host-gw"
+    vni: int
+    port: int  # 0 = the kernel's default vxlan port
+    iface: str  # "" = let the charm pick the binding's interface
+
+
+def parse_options(config: Mapping[str, object]) -> NetworkOptions:
+    """Validate each option on its own first, then their combinations."""
+
+    def get(key: str) -> object:
+        value = config.get(key)
+        return DEFAULTS[key] if value is None else value
+
+    cidr = _parse_cidr(get("cidr"))
+    subnet_len = _parse_int("subnet-len", get("subnet-len"))
+    if not 1 <= subnet_len <= MAX_SUBNET_LEN:
+        raise InvalidOption(
+            "subnet-len",
+            f"{subnet_len} is out of range; use a prefix length from 1 to {MAX_SUBNET_LEN}",
+        )
+    backend = _parse_backend(get("backend"))
+    iface = _parse_iface(get("iface"))
+    port = _parse_int("port", get("port"))
+    if not 0 <= port <= MAX_PORT:
+        raise InvalidOption(
+            "port",
+            f"{port} is out of range; use 1 to {MAX_PORT}, "
+            f"or 0 for the kernel default {VXLAN_KERNEL_PORT}",
+        )
+    vni = _parse_int("vni", get("vni"))
+    if not 1 <= vni <= MAX_VNI:
+        raise InvalidOption("vni", f"{vni} is out of range; use 1 to {MAX_VNI}")
+
+    if subnet_len <= cidr.prefixlen:
+        raise InvalidOption(
+            "subnet-len",
+            f"{subnet_len} must be longer than the /{cidr.prefixlen} prefix of cidr {cidr}",
+        )
+    return NetworkOptions(
+        cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface
+    )
+
+
+def _quoted(value: object) -> str:
+    # Strings are quoted so that an operator sees stray spaces; others as-is.
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def _parse_int(option: str, value: object) -> int:
+    # bool is an int subclass; a True here is a mistake, not a 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOption(option, f"{_quoted(value)} is not a whole number")
+    return value
+
+
+def _parse_cidr(value: object) -> ipaddress.IPv4Network:
+    if not isinstance(value, str):
+        raise InvalidOption("cidr", f"{_quoted(value)} is not an IPv4 network")
+    text = value
+    if not text:
+        raise InvalidOption("cidr", "it is empty; set an IPv4 network such as 10.1.0.0/16")
+    try:
+        address = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise InvalidOption("cidr", f"{_quoted(text)} is not an IPv4 network") from None
+    if address.version == 6:
+        raise InvalidOption(
+            "cidr",
+            f"{_quoted(text)} is an IPv6 network; flannel here needs an IPv4 network "
+            "such as 10.1.0.0/16",
+        )
+    assert isinstance(address, ipaddress.IPv4Network)
+    if "/" not in text:
+        raise InvalidOption(
+            "cidr", f"{_quoted(text)} has no prefix length; write it like {text}/16"
+        )
+    if str(address.network_address) != text.split("/", 1)[0]:
+        raise InvalidOption(
+            "cidr", f"{_quoted(text)} has host bits set; did you mean {address}?"
+        )
+    for unusable, label in _UNUSABLE:
+        if address.overlaps(unusable):
+            raise InvalidOption(
+                "cidr",
+                f"{_quoted(text)} overlaps {label}; use a private range such as 10.1.0.0/16",
+            )
+    return address
+
+
+def _parse_backend(value: object) -> str:
+    if value not in BACKENDS:
+        raise InvalidOption(
+            "backend", f"{_quoted(value)} is not supported; use vxlan or host-gw"
+        )
+    assert isinstance(value, str)
+    return value
+
+
+def _parse_iface(value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidOption("iface", f"{_quoted(value)} is not an interface name")
+    if value == "":
+        return value
+    try:
+        # flanneld's -iface also takes the IP address of the interface.
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if len(value.encode()) > 15:
+        raise InvalidOption(
+            "iface", f"{_quoted(value)} is longer than the 15 characters Linux allows"
+        )
+    if not _IFACE_NAME.fullmatch(value):
+        raise InvalidOption(
+            "iface",
+            f"{_quoted(value)} is not an interface name or IP address "
+            "(names use letters, digits, '.', '-', '_', '@'; no spaces, '/' or ':')",
+        )
+    return value

@@ -1,0 +1,208 @@
+"""A real single-member etcd (Debian's /usr/bin/etcd) with client TLS, for
+tests and the sandbox.
+
+    with EtcdServer(workdir, make_pki(workdir / "pki", ["127.0.0.1"])) as etcd:
+        etcd.endpoint  # "https://127.0.0.1:<port>"
+
+With netns="NAME" it runs inside that network namespace (via
+`ip netns exec NAME`), and its health is checked from inside it too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ipaddress
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from .pki import Pki
+
+ETCD = "/usr/bin/etcd"
+START_TIMEOUT = 30.0  # seconds; a first start with fsyncs on a slow disk takes a few
+NETNS_CLIENT_PORT = 2379  # a fresh namespace has nothing else listening
+NETNS_PEER_PORT = 2380
+
+# Run by `ip netns exec` to check health from inside a namespace; stdlib
+# only, and an explicit SSLContext, so no environment variable can interfere.
+_HEALTH_PROBE = """
+import json, ssl, sys, urllib.request
+url, ca, cert, key, timeout = sys.argv[1:6]
+context = ssl.create_default_context(cafile=ca)
+context.load_cert_chain(cert, key)
+with urllib.request.urlopen(url, context=context, timeout=float(timeout)) as reply:
+    sys.stdout.write(reply.read().decode())
+"""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at the moment (the OS picks it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def etcd_version(binary: str = ETCD) -> str:
+    """The version the etcd binary reports, e.g. "3.4.23"."""
+    output = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                            check=True).stdout
+    match = re.search(r"etcd Version:\s*(\S+)", output)
+    if not match:
+        raise RuntimeError(f"cannot tell the version of {binary}: {output!r}")
+    return match.group(1)
+
+
+class EtcdServer:
+    def __init__(self, workdir: str | os.PathLike[str], pki: Pki, host: str = "127.0.0.1",
+                 port: int | None = None, netns: str | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.pki = pki
+        self.host = host
+        self.netns = netns
+        if port is None:
+            port = NETNS_CLIENT_PORT if netns else free_port(host)
+        self.port = port
+        self.peer_port = NETNS_PEER_PORT if netns else free_port(host)
+        self.data_dir = self.workdir / "data"
+        self.log_file = self.workdir / "etcd.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"https://{self._url_host}:{self.port}"
+
+    @property
+    def version(self) -> str:
+        return etcd_version()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def _url_host(self) -> str:
+        return f"[{self.host}]" if ipaddress.ip_address(self.host).version == 6 else self.host
+
+    def command(self) -> list[str]:
+        peer = f"http://{self._url_host}:{self.peer_port}"
+        command = [
+            ETCD,
+            "--name", "sandbox",
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.endpoint,
+            "--advertise-client-urls", self.endpoint,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"sandbox={peer}",
+            "--initial-cluster-state", "new",
+            "--client-cert-auth",
+            "--trusted-ca-file", str(self.pki.ca_cert),
+            "--cert-file", str(self.pki.server_cert),
+            "--key-file", str(self.pki.server_key),
+            "--logger", "zap",
+            "--log-outputs", "stderr",
+        ]
+        if self.netns:
+            command = ["ip", "netns", "exec", self.netns, *command]
+        return command
+
+    def start(self, timeout: float = START_TIMEOUT) -> EtcdServer:
+        """Launch etcd and wait until it reports healthy."""
+        if self.running:
+            return self
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(self.data_dir, 0o700)  # etcd warns about anything wider
+        # ETCD_* variables would override the flags above.
+        env = {key: value for key, value in os.environ.items() if not key.startswith("ETCD_")}
+        with open(self.log_file, "ab") as log:
+            self._process = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                start_new_session=True,  # a Ctrl-C in the terminal is for the test runner
+            )
+        atexit.register(self.stop)
+        deadline = time.monotonic() + timeout
+        last_error = "no answer yet"
+        while True:
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                self._process = None
+                raise RuntimeError(f"etcd exited with status {code}:\n{self.log_tail()}")
+            try:
+                if self.healthy():
+                    return self
+                last_error = "it answered but is not healthy yet"
+            except (OSError, requests.RequestException, subprocess.SubprocessError,
+                    ValueError) as error:
+                last_error = str(error)
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"etcd at {self.endpoint} not healthy after {timeout:g}s "
+                    f"({last_error}):\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """GET /health over TLS with the client certificate."""
+        url = f"{self.endpoint}/health"
+        if self.netns:
+            result = subprocess.run(
+                ["ip", "netns", "exec", self.netns, sys.executable, "-c", _HEALTH_PROBE,
+                 url, str(self.pki.ca_cert), str(self.pki.client_cert),
+                 str(self.pki.client_key), str(timeout)],
+                capture_output=True, text=True, timeout=timeout + 5, check=False,
+            )
+            if result.returncode != 0:
+                raise OSError(result.stderr.strip().splitlines()[-1:] or "health probe failed")
+            body = json.loads(result.stdout)
+        else:
+            with self.session() as session:
+                body = session.get(url, timeout=timeout).json()
+        return str(body.get("health")) == "true"
+
+    def session(self) -> requests.Session:
+        """A requests session that trusts only this etcd's CA and presents the
+        client certificate, whatever REQUESTS_CA_BUNDLE says."""
+        session = requests.Session()
+        session.trust_env = False
+        session.verify = str(self.pki.ca_cert)
+        session.cert = (str(self.pki.client_cert), str(self.pki.client_key))
+        return session
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate etcd and wait for it; kill it if it lingers."""
+        process, self._process = self._process, None
+        atexit.unregister(self.stop)
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> EtcdServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

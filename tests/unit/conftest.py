@@ -1,0 +1,51 @@
+"""Unit-test fixtures: one real TLS etcd on 127.0.0.1 for the whole session."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from charms.flannel.network import EtcdClientSettings
+from sandbox.etcd import EtcdServer
+from sandbox.pki import Pki, make_pki
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = ROOT / "templates"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"), ["127.0.0.1"])
+
+
+@pytest.fixture(scope="session")
+def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A second, unrelated CA: what a wrong or foreign CA bundle looks like."""
+    return make_pki(tmp_path_factory.mktemp("other-pki"), ["127.0.0.1"])
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory: pytest.TempPathFactory, pki: Pki):
+    server = EtcdServer(tmp_path_factory.mktemp("etcd"), pki, host="127.0.0.1")
+    with server:
+        yield server
+
+
+@pytest.fixture
+def settings(etcd: EtcdServer, pki: Pki) -> EtcdClientSettings:
+    return EtcdClientSettings.from_connection_string(
+        etcd.endpoint, str(pki.ca_cert), str(pki.client_cert), str(pki.client_key),
+        timeout=5.0,
+    )
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix no other test uses, so tests share one etcd safely."""
+    return f"/test-{uuid.uuid4().hex}/network"
+
+
+@pytest.fixture
+def templates_dir() -> Path:
+    return TEMPLATES

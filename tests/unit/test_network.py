@@ -1,0 +1,290 @@
+"""flannel's network config JSON and the etcd it is stored in (a real etcd with
+client TLS on 127.0.0.1, started once per session)."""
+import json
+import socket
+import time
+
+import etcd3gw
+import pytest
+import requests
+
+from charms.flannel.network import (DEFAULT_PREFIX, EtcdClientSettings, EtcdUnavailable,
+                                    NetworkStore, check_backend_change, network_config)
+from charms.flannel.options import InvalidOption, parse_options
+
+
+def options(**changes):
+    return parse_options({key.replace("_", "-"): value for key, value in changes.items()})
+
+
+# -- network_config ---------------------------------------------------------
+
+def test_default_options_give_flannels_vxlan_config():
+    assert network_config(options()) == {
+        "Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1}}
+
+
+def test_a_non_default_port_and_vni_reach_the_vxlan_backend():
+    config = network_config(options(cidr="10.20.0.0/14", subnet_len=26, vni=7, port=4789))
+    assert config == {"Network": "10.20.0.0/14", "SubnetLen": 26,
+                      "Backend": {"Type": "vxlan", "VNI": 7, "Port": 4789}}
+
+
+def test_host_gw_has_only_its_type():
+    config = network_config(options(backend="host-gw", vni=7, port=4789))
+    assert config["Backend"] == {"Type": "host-gw"}
+
+
+def test_the_config_is_plain_json():
+    config = network_config(options(port=4789))
+    assert json.loads(json.dumps(config)) == config
+
+
+def test_default_prefix_is_flannels():
+    assert DEFAULT_PREFIX == "/coreos.com/network"
+
+
+# -- EtcdClientSettings -----------------------------------------------------
+
+def test_connection_string_gives_every_endpoint_in_order():
+    settings = EtcdClientSettings.from_connection_string(
+        "https://10.0.0.5:2379, https://10.0.0.6:2379,,https://[fd00::7]:2379",
+        "/ca", "/cert", "/key")
+    assert settings.endpoints == ("https://10.0.0.5:2379", "https://10.0.0.6:2379",
+                                  "https://[fd00::7]:2379")
+    assert (settings.ca_file, settings.cert_file, settings.key_file) == ("/ca", "/cert", "/key")
+    assert settings.timeout > 0
+
+
+def test_an_endpoint_without_port_gets_etcds_port():
+    settings = EtcdClientSettings.from_connection_string("https://etcd.example", "c", "c", "k")
+    assert settings.endpoints == ("https://etcd.example:2379",)
+
+
+@pytest.mark.parametrize("value, text", [
+    ("", "has not published any endpoint"),
+    (" , ", "has not published any endpoint"),
+    ("http://10.0.0.5:2379", "not https://host:port"),
+    ("10.0.0.5:2379", "not https://host:port"),
+    ("https://10.0.0.5:99999", "not https://host:port"),
+])
+def test_an_unusable_connection_string_is_a_reason_to_wait(value, text):
+    with pytest.raises(EtcdUnavailable) as caught:
+        EtcdClientSettings.from_connection_string(value, "c", "c", "k")
+    assert text in caught.value.reason
+
+
+# -- check_backend_change ---------------------------------------------------
+
+VXLAN = {"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan", "VNI": 1}}
+HOST_GW = {"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}}
+
+
+def test_changing_backend_under_live_leases_is_refused_with_a_clear_reason():
+    with pytest.raises(InvalidOption) as caught:
+        check_backend_change(VXLAN, HOST_GW, live_leases=3)
+    assert caught.value.option == "backend"
+    assert str(caught.value) == (
+        "Invalid backend: cannot change from vxlan to host-gw while 3 nodes hold leases; "
+        "set backend back to vxlan, or remove flannel from every node first")
+
+
+def test_one_lease_is_named_in_the_singular():
+    with pytest.raises(InvalidOption, match="while 1 node holds a lease;"):
+        check_backend_change(HOST_GW, VXLAN, live_leases=1)
+
+
+@pytest.mark.parametrize("current, wanted, leases", [
+    (None, HOST_GW, 5),                     # nothing stored yet
+    (VXLAN, HOST_GW, 0),                    # no node runs: switching is safe
+    (VXLAN, {**VXLAN, "SubnetLen": 26}, 4),  # same backend
+    ({"Network": "10.1.0.0/16"}, VXLAN, 4),  # no Backend means flannel's default, vxlan
+])
+def test_other_changes_are_allowed(current, wanted, leases):
+    check_backend_change(current, wanted, leases)
+
+
+def test_a_stored_config_without_backend_counts_as_vxlan():
+    with pytest.raises(InvalidOption, match="from vxlan to host-gw"):
+        check_backend_change({"Network": "10.1.0.0/16"}, HOST_GW, 2)
+
+
+# -- NetworkStore against the real etcd --------------------------------------
+
+def raw_client(etcd):
+    """An etcd3gw client of the test's own, to look behind NetworkStore's back."""
+    return etcd3gw.Etcd3Client(host=etcd.host, port=etcd.port, protocol="https",
+                               timeout=5, session=etcd.session())
+
+
+def test_a_fresh_prefix_has_no_config_and_no_leases(settings, prefix):
+    store = NetworkStore(settings, prefix)
+    assert store.read_config() is None
+    assert store.leases() == []
+
+
+def test_write_config_stores_flannels_json_at_prefix_config(etcd, settings, prefix):
+    config = network_config(options(port=4789))
+    with NetworkStore(settings, prefix) as store:
+        assert store.write_config(config) is True
+        assert store.read_config() == config
+    stored = raw_client(etcd).get(f"{prefix}/config")
+    assert json.loads(stored[0]) == config
+
+
+def test_writing_the_same_config_again_reports_no_change(etcd, settings, prefix):
+    store = NetworkStore(settings, prefix)
+    config = network_config(options())
+    assert store.write_config(config) is True
+    revision = raw_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
+    assert store.write_config(dict(config)) is False
+    after = raw_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
+    assert after == revision  # not even rewritten
+
+
+def test_equal_json_with_other_formatting_counts_as_unchanged(etcd, settings, prefix):
+    config = network_config(options())
+    raw_client(etcd).put(f"{prefix}/config", json.dumps(config, indent=4))
+    assert NetworkStore(settings, prefix).write_config(config) is False
+
+
+def test_a_different_config_is_written_and_reported(settings, prefix):
+    store = NetworkStore(settings, prefix)
+    store.write_config(network_config(options()))
+    new = network_config(options(cidr="10.2.0.0/16"))
+    assert store.write_config(new) is True
+    assert store.read_config()["Network"] == "10.2.0.0/16"
+
+
+def test_garbage_at_config_reads_as_none_and_is_overwritten(etcd, settings, prefix):
+    raw_client(etcd).put(f"{prefix}/config", "not json")
+    store = NetworkStore(settings, prefix)
+    assert store.read_config() is None
+    assert store.write_config(network_config(options())) is True
+
+
+def test_prefix_slashes_are_normalised(settings, prefix):
+    NetworkStore(settings, prefix + "/").write_config({"Network": "10.1.0.0/16"})
+    assert NetworkStore(settings, prefix.lstrip("/")).read_config() == {"Network": "10.1.0.0/16"}
+
+
+def test_leases_lists_each_subnet_with_its_value(etcd, settings, prefix):
+    client = raw_client(etcd)
+    lease = {"PublicIP": "192.0.2.10", "BackendType": "vxlan",
+             "BackendData": {"VNI": 1, "VtepMAC": "aa:bb:cc:dd:ee:ff"}}
+    client.put(f"{prefix}/subnets/10.1.52.0-24", json.dumps(lease))
+    client.put(f"{prefix}/subnets/10.1.7.0-24", "corrupt")
+    client.put(f"{prefix}/config", json.dumps({"Network": "10.1.0.0/16"}))  # not a lease
+    client.put(f"{prefix}-other/subnets/10.1.9.0-24", "{}")  # another prefix
+    leases = sorted(NetworkStore(settings, prefix).leases(), key=lambda item: item["Subnet"])
+    assert leases == [{"Subnet": "10.1.52.0/24", **lease}, {"Subnet": "10.1.7.0/24"}]
+
+
+def test_an_expired_lease_is_no_longer_listed(etcd, settings, prefix):
+    client = raw_client(etcd)
+    lease = client.lease(ttl=1)
+    client.put(f"{prefix}/subnets/10.1.3.0-24", "{}", lease=lease)
+    store = NetworkStore(settings, prefix)
+    assert len(store.leases()) == 1
+    lease.revoke()
+    assert store.leases() == []
+
+
+# -- TLS: the relation's CA, whatever the environment says --------------------
+
+@pytest.mark.parametrize("variable", ["REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"])
+def test_a_foreign_ca_bundle_in_the_environment_does_not_break_tls(
+        monkeypatch, settings, prefix, other_pki, variable):
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/nonexistent/bundle.pem")
+    monkeypatch.setenv("CURL_CA_BUNDLE", "/nonexistent/bundle.pem")
+    monkeypatch.setenv(variable, str(other_pki.ca_cert))
+    store = NetworkStore(settings, prefix)
+    assert store.write_config({"Network": "10.1.0.0/16"}) is True
+    assert store.read_config() == {"Network": "10.1.0.0/16"}
+
+
+def test_the_environment_trap_is_real_for_an_ordinary_session(monkeypatch, etcd, pki, other_pki):
+    # The control for the test above: a session that trusts the environment
+    # ignores its own verify= and fails, which is why NetworkStore opts out.
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(other_pki.ca_cert))
+    session = requests.Session()
+    session.verify = str(pki.ca_cert)
+    session.cert = (str(pki.client_cert), str(pki.client_key))
+    with pytest.raises(requests.exceptions.SSLError):
+        session.get(f"{etcd.endpoint}/health", timeout=5)
+
+
+def test_a_wrong_ca_fails_verification_with_a_readable_reason(etcd, pki, other_pki):
+    settings = EtcdClientSettings((etcd.endpoint,), str(other_pki.ca_cert),
+                                  str(pki.client_cert), str(pki.client_key), timeout=5)
+    with pytest.raises(EtcdUnavailable) as caught:
+        NetworkStore(settings).read_config()
+    reason = caught.value.reason
+    assert etcd.endpoint in reason
+    assert "TLS certificate verification failed" in reason
+    assert "Traceback" not in reason and "HTTPSConnectionPool" not in reason
+
+
+def test_a_client_certificate_from_another_ca_is_rejected_by_etcd(etcd, pki, other_pki):
+    settings = EtcdClientSettings((etcd.endpoint,), str(pki.ca_cert),
+                                  str(other_pki.client_cert), str(other_pki.client_key), 5)
+    with pytest.raises(EtcdUnavailable, match="rejected the client certificate"):
+        NetworkStore(settings).read_config()
+
+
+def test_missing_credential_files_are_named_as_such(etcd, pki, tmp_path):
+    settings = EtcdClientSettings((etcd.endpoint,), str(pki.ca_cert),
+                                  str(tmp_path / "absent-cert.pem"), str(pki.client_key), 5)
+    with pytest.raises(EtcdUnavailable, match="certificate, key or CA file is missing"):
+        NetworkStore(settings).read_config()
+
+
+# -- unreachable etcd ----------------------------------------------------------
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again once the socket goes
+
+
+def test_a_closed_port_gives_a_readable_reason_quickly(pki):
+    endpoint = f"https://127.0.0.1:{closed_port()}"
+    settings = EtcdClientSettings((endpoint,), str(pki.ca_cert), str(pki.client_cert),
+                                  str(pki.client_key), timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(EtcdUnavailable) as caught:
+        NetworkStore(settings).read_config()
+    assert time.monotonic() - started < 5
+    assert caught.value.reason == f"cannot reach etcd: {endpoint} (connection refused)"
+
+
+def test_a_silent_server_times_out_instead_of_hanging(pki):
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        endpoint = f"https://127.0.0.1:{silent.getsockname()[1]}"
+        settings = EtcdClientSettings((endpoint,), str(pki.ca_cert), str(pki.client_cert),
+                                      str(pki.client_key), timeout=0.3)
+        started = time.monotonic()
+        with pytest.raises(EtcdUnavailable) as caught:
+            NetworkStore(settings).read_config()
+    assert time.monotonic() - started < 5
+    assert caught.value.reason == f"cannot reach etcd: {endpoint} (no answer within 0.3s)"
+
+
+def test_every_failed_endpoint_is_named(pki):
+    endpoints = tuple(f"https://127.0.0.1:{closed_port()}" for _ in range(2))
+    settings = EtcdClientSettings(endpoints, str(pki.ca_cert), str(pki.client_cert),
+                                  str(pki.client_key), timeout=0.5)
+    with pytest.raises(EtcdUnavailable) as caught:
+        NetworkStore(settings).leases()
+    assert all(endpoint in caught.value.reason for endpoint in endpoints)
+
+
+def test_a_dead_endpoint_is_skipped_for_a_live_one(etcd, pki, prefix):
+    dead = f"https://127.0.0.1:{closed_port()}"
+    settings = EtcdClientSettings((dead, etcd.endpoint), str(pki.ca_cert),
+                                  str(pki.client_cert), str(pki.client_key), timeout=0.5)
+    store = NetworkStore(settings, prefix)
+    assert store.write_config({"Network": "10.1.0.0/16"}) is True
+    assert store.read_config() == {"Network": "10.1.0.0/16"}

@@ -1,0 +1,187 @@
+"""Config validation: what an operator sets, and the blocked status they see."""
+import ipaddress
+from pathlib import Path
+
+import pytest
+import yaml
+
+from charms.flannel.options import InvalidOption, NetworkOptions, parse_options
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DEFAULTS = {"cidr": "10.1.0.0/16", "subnet-len": 24, "backend": "vxlan",
+            "iface": "", "port": 0, "vni": 1}
+
+
+def config(**changes):
+    values = dict(DEFAULTS)
+    values.update({key.replace("_", "-"): value for key, value in changes.items()})
+    return values
+
+
+def status_for(**changes) -> str:
+    with pytest.raises(InvalidOption) as caught:
+        parse_options(config(**changes))
+    return str(caught.value)
+
+
+def test_defaults_of_config_yaml_are_valid():
+    options = yaml.safe_load((ROOT / "config.yaml").read_text())["options"]
+    parsed = parse_options({key: spec["default"] for key, spec in options.items()})
+    assert parsed == NetworkOptions(cidr=ipaddress.IPv4Network("10.1.0.0/16"), subnet_len=24,
+                                    backend="vxlan", vni=1, port=0, iface="")
+
+
+def test_missing_keys_fall_back_to_the_defaults():
+    assert parse_options({}) == parse_options(DEFAULTS)
+
+
+def test_a_full_custom_config_is_kept():
+    parsed = parse_options(config(cidr="192.168.0.0/20", subnet_len=26, backend="host-gw",
+                                  iface="ens3", port=4789, vni=4096))
+    assert (str(parsed.cidr), parsed.subnet_len, parsed.backend, parsed.iface, parsed.port,
+            parsed.vni) == ("192.168.0.0/20", 26, "host-gw", "ens3", 4789, 4096)
+
+
+def test_invalid_option_carries_option_reason_and_message():
+    with pytest.raises(InvalidOption) as caught:
+        parse_options(config(vni=0))
+    error = caught.value
+    assert error.option == "vni"
+    assert error.message == str(error) == f"Invalid vni: {error.reason}"
+    assert isinstance(error, ValueError)
+
+
+@pytest.mark.parametrize("cidr, message", [
+    ("10.1.0.0/33", 'Invalid cidr: "10.1.0.0/33" is not an IPv4 network'),
+    ("not-a-network", 'Invalid cidr: "not-a-network" is not an IPv4 network'),
+    ("10.1.0.0/16 ", 'Invalid cidr: "10.1.0.0/16 " is not an IPv4 network'),
+    ("10.1.0.300/16", 'Invalid cidr: "10.1.0.300/16" is not an IPv4 network'),
+    ("10.1.2.0/16", 'Invalid cidr: "10.1.2.0/16" has host bits set; did you mean 10.1.0.0/16?'),
+    ("10.1.0.0", 'Invalid cidr: "10.1.0.0" has no prefix length; write it like 10.1.0.0/16'),
+    ("fd00:10::/64", 'Invalid cidr: "fd00:10::/64" is an IPv6 network; '
+                     'flannel here needs an IPv4 network such as 10.1.0.0/16'),
+    ("", "Invalid cidr: it is empty; set an IPv4 network such as 10.1.0.0/16"),
+    ("127.0.0.0/16", 'Invalid cidr: "127.0.0.0/16" overlaps 127.0.0.0/8 (loopback); '
+                     'use a private range such as 10.1.0.0/16'),
+    ("224.0.0.0/8", 'Invalid cidr: "224.0.0.0/8" overlaps 224.0.0.0/4 (multicast); '
+                    'use a private range such as 10.1.0.0/16'),
+    ("0.0.0.0/0", 'Invalid cidr: "0.0.0.0/0" overlaps 0.0.0.0/8 (this-network); '
+                  'use a private range such as 10.1.0.0/16'),
+    ("169.254.0.0/16", 'Invalid cidr: "169.254.0.0/16" overlaps 169.254.0.0/16 (link-local); '
+                       'use a private range such as 10.1.0.0/16'),
+    (16, "Invalid cidr: 16 is not an IPv4 network"),
+])
+def test_cidr_must_be_a_usable_ipv4_network(cidr, message):
+    assert status_for(cidr=cidr) == message
+
+
+@pytest.mark.parametrize("subnet_len, message", [
+    (31, "Invalid subnet-len: 31 is out of range; use a prefix length from 1 to 30"),
+    (0, "Invalid subnet-len: 0 is out of range; use a prefix length from 1 to 30"),
+    (-24, "Invalid subnet-len: -24 is out of range; use a prefix length from 1 to 30"),
+    ("24", 'Invalid subnet-len: "24" is not a whole number'),
+    (24.0, "Invalid subnet-len: 24.0 is not a whole number"),
+    (True, "Invalid subnet-len: True is not a whole number"),
+])
+def test_subnet_len_must_be_a_prefix_length_up_to_30(subnet_len, message):
+    assert status_for(subnet_len=subnet_len) == message
+
+
+@pytest.mark.parametrize("cidr, subnet_len", [("10.1.0.0/16", 16), ("10.1.0.0/16", 8),
+                                              ("10.1.0.0/24", 24), ("10.1.0.0/30", 30)])
+def test_subnet_len_must_be_longer_than_the_cidr_prefix(cidr, subnet_len):
+    prefix = cidr.split("/")[1]
+    assert status_for(cidr=cidr, subnet_len=subnet_len) == (
+        f"Invalid subnet-len: {subnet_len} must be longer than the /{prefix} prefix of cidr {cidr}")
+
+
+def test_the_exact_example_message_for_subnet_len():
+    assert status_for(subnet_len=16) == (
+        "Invalid subnet-len: 16 must be longer than the /16 prefix of cidr 10.1.0.0/16")
+
+
+@pytest.mark.parametrize("subnet_len", [17, 24, 30])
+def test_subnet_len_between_prefix_and_30_is_accepted(subnet_len):
+    assert parse_options(config(subnet_len=subnet_len)).subnet_len == subnet_len
+
+
+@pytest.mark.parametrize("backend, message", [
+    ("udp", 'Invalid backend: "udp" is not supported; use vxlan or host-gw'),
+    ("VXLAN", 'Invalid backend: "VXLAN" is not supported; use vxlan or host-gw'),
+    ("", 'Invalid backend: "" is not supported; use vxlan or host-gw'),
+    (1, "Invalid backend: 1 is not supported; use vxlan or host-gw"),
+])
+def test_backend_is_vxlan_or_host_gw(backend, message):
+    assert status_for(backend=backend) == message
+
+
+@pytest.mark.parametrize("backend", ["vxlan", "host-gw"])
+def test_both_backends_are_accepted(backend):
+    assert parse_options(config(backend=backend)).backend == backend
+
+
+@pytest.mark.parametrize("vni, message", [
+    (0, "Invalid vni: 0 is out of range; use 1 to 16777215"),
+    (16777216, "Invalid vni: 16777216 is out of range; use 1 to 16777215"),
+    (-1, "Invalid vni: -1 is out of range; use 1 to 16777215"),
+    ("1", 'Invalid vni: "1" is not a whole number'),
+])
+def test_vni_is_a_24_bit_identifier(vni, message):
+    assert status_for(vni=vni) == message
+
+
+@pytest.mark.parametrize("vni", [1, 4096, 16777215])
+def test_vni_limits_are_accepted(vni):
+    assert parse_options(config(vni=vni)).vni == vni
+
+
+@pytest.mark.parametrize("port, message", [
+    (65536, "Invalid port: 65536 is out of range; use 1 to 65535, or 0 for the kernel default 8472"),
+    (-1, "Invalid port: -1 is out of range; use 1 to 65535, or 0 for the kernel default 8472"),
+    ("8472", 'Invalid port: "8472" is not a whole number'),
+    (None, None),  # None means unset: the default applies
+])
+def test_port_is_a_udp_port_or_zero(port, message):
+    if message is None:
+        assert parse_options(config(port=port)).port == 0
+    else:
+        assert status_for(port=port) == message
+
+
+@pytest.mark.parametrize("port", [0, 1, 4789, 65535])
+def test_port_limits_are_accepted(port):
+    assert parse_options(config(port=port)).port == port
+
+
+@pytest.mark.parametrize("iface", ["", "eth0", "ens3f0np0", "br-ex", "bond0.100", "veth_x1",
+                                   "a" * 15, "10.0.0.5", "fe80::1"])
+def test_plausible_interfaces_are_accepted(iface):
+    assert parse_options(config(iface=iface)).iface == iface
+
+
+@pytest.mark.parametrize("iface, message", [
+    ("a" * 16, f'Invalid iface: "{"a" * 16}" is longer than the 15 characters Linux allows'),
+    ("eth 0", 'Invalid iface: "eth 0" is not an interface name or IP address '
+              "(names use letters, digits, '.', '-', '_', '@'; no spaces, '/' or ':')"),
+    ("eth0/1", 'Invalid iface: "eth0/1" is not an interface name or IP address '
+               "(names use letters, digits, '.', '-', '_', '@'; no spaces, '/' or ':')"),
+    ("eth0:1", 'Invalid iface: "eth0:1" is not an interface name or IP address '
+               "(names use letters, digits, '.', '-', '_', '@'; no spaces, '/' or ':')"),
+    ("..", 'Invalid iface: ".." is not an interface name or IP address '
+           "(names use letters, digits, '.', '-', '_', '@'; no spaces, '/' or ':')"),
+    (" eth0", 'Invalid iface: " eth0" is not an interface name or IP address '
+              "(names use letters, digits, '.', '-', '_', '@'; no spaces, '/' or ':')"),
+    (0, "Invalid iface: 0 is not an interface name"),
+])
+def test_implausible_interfaces_are_rejected(iface, message):
+    assert status_for(iface=iface) == message
+
+
+def test_single_options_are_checked_before_combinations():
+    # Both subnet-len (vs cidr) and vni are wrong: the single check wins.
+    assert status_for(subnet_len=8, vni=0).startswith("Invalid vni:")
+
+
+def test_the_first_invalid_option_is_reported_in_a_stable_order():
+    assert status_for(cidr="x", vni=0).startswith("Invalid cidr:")
