@@ -193,9 +193,16 @@ class InstallRecord:
         return {"kind": "file", "mode": stat.S_IMODE(path.stat().st_mode)}
 
     def _make_private_dirs(self, directory: Path) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.directory, 0o700)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # mkdir(parents=True) would ignore mode for the intermediate levels.
+        for level in reversed([directory, *directory.parents]):
+            if level == self.directory or self.directory not in level.parents:
+                continue
+            if not level.is_dir():
+                level.mkdir(mode=0o700)
+                os.chmod(level, 0o700)
 
     def _forget(self) -> None:
         """Delete the record and the kept originals; the directory goes too

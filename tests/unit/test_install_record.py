@@ -1,0 +1,307 @@
+"""The install record: stop removes exactly what the charm installed (LP #1866869)."""
+import hashlib
+import json
+import os
+import stat
+
+import pytest
+
+from charms.flannel.install_record import InstallRecord
+
+
+@pytest.fixture
+def record_dir(tmp_path):
+    return tmp_path / "unit" / "flannel-install-record"
+
+
+@pytest.fixture
+def record(record_dir):
+    return InstallRecord(record_dir)
+
+
+@pytest.fixture
+def bin_dir(tmp_path):
+    path = tmp_path / "opt" / "cni" / "bin"
+    path.mkdir(parents=True)
+    return path
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def leftovers(directory):
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_install_writes_a_new_file_with_its_mode(record, bin_dir):
+    target = bin_dir / "flannel"
+    assert record.install(target, b"plugin v1", 0o755) is True
+    assert target.read_bytes() == b"plugin v1"
+    assert mode_of(target) == 0o755
+    assert record.recorded_paths() == [target]
+    assert record.is_recorded(target)
+
+
+def test_the_record_holds_sha256_and_mode(record, record_dir, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"plugin v1", 0o755)
+    saved = json.loads((record_dir / "record.json").read_text())["files"][str(target)]
+    assert saved["sha256"] == hashlib.sha256(b"plugin v1").hexdigest()
+    assert saved["mode"] == 0o755
+    assert saved["original"] is None
+
+
+def test_installing_the_same_content_again_reports_no_change(record, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"plugin v1", 0o755)
+    inode = target.stat().st_ino
+    assert record.install(target, b"plugin v1", 0o755) is False
+    assert target.stat().st_ino == inode  # not rewritten
+
+
+def test_a_mode_change_alone_is_applied_without_reporting_new_content(record, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"plugin v1", 0o755)
+    assert record.install(target, b"plugin v1", 0o700) is False
+    assert mode_of(target) == 0o700
+
+
+def test_a_recorded_unchanged_file_is_replaced_and_its_hash_updated(record, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"plugin v1", 0o755)
+    assert record.install(target, b"plugin v2", 0o755) is True
+    assert target.read_bytes() == b"plugin v2"
+    report = record.remove_all()
+    assert report.removed == [target] and not target.exists()
+
+
+def test_the_record_survives_a_new_instance(record_dir, bin_dir):
+    target = bin_dir / "flannel"
+    InstallRecord(record_dir).install(target, b"plugin", 0o755)
+    again = InstallRecord(record_dir)  # the next hook
+    assert again.recorded_paths() == [target]
+    assert again.remove_all().removed == [target]
+    assert not target.exists()
+
+
+def test_remove_all_deletes_what_the_charm_installed(record, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"plugin", 0o755)
+    report = record.remove_all()
+    assert report.removed == [target]
+    assert not target.exists()
+    assert bin_dir.is_dir()  # existed before the charm: kept
+
+
+def test_a_pre_existing_file_is_restored_byte_for_byte_with_its_mode(record, bin_dir):
+    # A principal of the plugins-v0.7 era had put its own flannel plugin there.
+    target = bin_dir / "flannel"
+    original = os.urandom(4096) + b"\x00worker's flannel plugin"
+    target.write_bytes(original)
+    os.chmod(target, 0o751)
+    assert record.install(target, b"charm's flannel plugin", 0o755) is True
+    assert target.read_bytes() == b"charm's flannel plugin"
+    assert mode_of(target) == 0o755
+    report = record.remove_all()
+    assert report.restored == [target]
+    assert target.read_bytes() == original
+    assert mode_of(target) == 0o751
+
+
+def test_the_original_is_kept_from_the_first_install_only(record, bin_dir):
+    target = bin_dir / "flannel"
+    target.write_bytes(b"original")
+    record.install(target, b"v1", 0o755)
+    record.install(target, b"v2", 0o755)  # v1 must not become "the original"
+    record.remove_all()
+    assert target.read_bytes() == b"original"
+
+
+def test_a_pre_existing_symlink_is_restored_as_a_symlink(record, bin_dir):
+    target = bin_dir / "flannel"
+    os.symlink("/usr/lib/cni/flannel", target)
+    record.install(target, b"charm's plugin", 0o755)
+    assert not target.is_symlink()
+    assert record.remove_all().restored == [target]
+    assert os.readlink(target) == "/usr/lib/cni/flannel"
+
+
+def test_a_file_changed_since_is_left_alone_and_reported(record, bin_dir):
+    # e.g. a principal re-extracted its own flannel plugin over the charm's.
+    target = bin_dir / "flannel"
+    record.install(target, b"charm's plugin", 0o755)
+    target.write_bytes(b"principal's plugin")
+    report = record.remove_all()
+    assert report.left_changed == [target]
+    assert report.removed == [] and report.restored == []
+    assert target.read_bytes() == b"principal's plugin"
+
+
+def test_a_changed_file_is_left_even_when_an_original_was_kept(record, bin_dir):
+    target = bin_dir / "flannel"
+    target.write_bytes(b"original")
+    record.install(target, b"charm's", 0o755)
+    target.write_bytes(b"someone else's")
+    assert record.remove_all().left_changed == [target]
+    assert target.read_bytes() == b"someone else's"
+
+
+def test_a_file_replaced_by_a_symlink_since_is_left_alone(record, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"charm's", 0o755)
+    target.unlink()
+    os.symlink("/elsewhere", target)
+    assert record.remove_all().left_changed == [target]
+    assert os.readlink(target) == "/elsewhere"
+
+
+def test_a_file_gone_since_is_nothing_to_do(record, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"charm's", 0o755)
+    target.unlink()
+    report = record.remove_all()
+    assert report.gone == [target]
+    assert not target.exists()
+
+
+def test_neighbours_never_recorded_are_untouched(record, bin_dir):
+    # The bug: bridge and host-local belonged to kubernetes-worker.
+    neighbours = {"bridge": b"bridge plugin", "host-local": b"host-local plugin",
+                  "loopback": b"loopback plugin"}
+    for name, data in neighbours.items():
+        (bin_dir / name).write_bytes(data)
+        os.chmod(bin_dir / name, 0o755)
+    record.install(bin_dir / "flannel", b"charm's plugin", 0o755)
+    record.remove_all()
+    assert sorted(p.name for p in bin_dir.iterdir()) == sorted(neighbours)
+    for name, data in neighbours.items():
+        assert (bin_dir / name).read_bytes() == data
+
+
+def test_a_second_remove_all_is_a_quiet_no_op(record, record_dir, bin_dir):
+    record.install(bin_dir / "flannel", b"charm's plugin", 0o755)
+    record.remove_all()
+    (bin_dir / "flannel").write_bytes(b"a principal's plugin, after the stop")
+    report = record.remove_all()
+    assert report.removed == report.restored == report.left_changed == report.gone == []
+    assert (bin_dir / "flannel").read_bytes() == b"a principal's plugin, after the stop"
+    assert InstallRecord(record_dir).remove_all().removed == []
+
+
+def test_remove_all_on_a_never_used_record_is_a_quiet_no_op(tmp_path):
+    report = InstallRecord(tmp_path / "never-used").remove_all()
+    assert report.removed == report.restored == report.left_changed == report.gone == []
+    assert not (tmp_path / "never-used").exists()
+
+
+def test_remove_all_forgets_everything(record, record_dir, bin_dir):
+    target = bin_dir / "flannel"
+    target.write_bytes(b"original")
+    record.install(target, b"charm's", 0o755)
+    record.remove_all()
+    assert record.recorded_paths() == []
+    assert not record_dir.exists()
+    # A later install on the same unit starts clean: today's file is the original.
+    record.install(target, b"charm's again", 0o755)
+    record.remove_all()
+    assert target.read_bytes() == b"original"
+
+
+def test_install_leaves_no_temp_files(record, record_dir, bin_dir):
+    for version in range(3):
+        record.install(bin_dir / "flannel", b"v%d" % version, 0o755)
+    assert leftovers(bin_dir) == []
+    assert leftovers(record_dir) == []
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_file(record, bin_dir):
+    target = bin_dir / "flannel"
+    record.install(target, b"v1", 0o755)
+    with pytest.raises(TypeError):
+        record.install(target, "not bytes", 0o755)  # type: ignore[arg-type]
+    assert target.read_bytes() == b"v1"
+    assert leftovers(bin_dir) == []
+
+
+def test_the_file_at_path_is_replaced_not_rewritten_in_place(record, bin_dir):
+    # A running flanneld keeps its open binary: the new one is a new inode.
+    target = bin_dir / "flannel"
+    record.install(target, b"v1", 0o755)
+    with open(target, "rb") as running:
+        record.install(target, b"v2", 0o755)
+        assert running.read() == b"v1"
+    assert target.read_bytes() == b"v2"
+
+
+def test_parent_directories_created_are_removed_when_empty(record, tmp_path):
+    target = tmp_path / "etc" / "cni" / "net.d" / "10-flannel.conflist"
+    record.install(target, b"{}", 0o644)
+    report = record.remove_all()
+    assert not (tmp_path / "etc").exists()
+    assert report.directories_removed == [tmp_path / "etc" / "cni" / "net.d",
+                                          tmp_path / "etc" / "cni", tmp_path / "etc"]
+
+
+def test_directories_created_are_kept_when_others_put_files_in_them(record, tmp_path):
+    net_d = tmp_path / "etc" / "cni" / "net.d"
+    record.install(net_d / "10-flannel.conflist", b"{}", 0o644)
+    (net_d / "05-other.conflist").write_text("{}")
+    record.remove_all()
+    assert (net_d / "05-other.conflist").read_text() == "{}"
+    assert not (net_d / "10-flannel.conflist").exists()
+
+
+def test_existing_directories_are_never_removed(record, bin_dir):
+    record.install(bin_dir / "flannel", b"x", 0o755)
+    record.remove_all()
+    assert bin_dir.is_dir()
+
+
+def test_ensure_directory_applies_its_mode_to_directories_it_creates(record, tmp_path):
+    tls = tmp_path / "etc" / "ssl" / "flannel"
+    record.ensure_directory(tls, 0o700)
+    assert mode_of(tls) == 0o700
+    assert mode_of(tmp_path / "etc") == 0o755
+    record.install(tls / "client-key.pem", b"secret", 0o600)
+    assert mode_of(tls / "client-key.pem") == 0o600
+    record.remove_all()
+    assert not (tmp_path / "etc").exists()
+
+
+def test_ensure_directory_leaves_an_existing_directory_and_its_mode(record, tmp_path):
+    existing = tmp_path / "existing"
+    existing.mkdir(mode=0o755)
+    record.ensure_directory(existing, 0o700)
+    assert mode_of(existing) == 0o755
+    record.remove_all()
+    assert existing.is_dir()
+
+
+def test_the_record_and_originals_are_private(record, record_dir, tmp_path):
+    key = tmp_path / "etc" / "key.pem"
+    key.parent.mkdir()
+    key.write_bytes(b"someone's key")
+    os.chmod(key, 0o644)
+    record.install(key, b"charm's key", 0o600)
+    assert mode_of(record_dir) == 0o700
+    assert mode_of(record_dir / "record.json") == 0o600
+    kept = record_dir / "originals" / key.relative_to("/")
+    assert kept.read_bytes() == b"someone's key"
+    assert mode_of(kept) == 0o600
+    for level in [kept.parent, *kept.parent.parents]:
+        if level == record_dir:
+            break
+        assert mode_of(level) == 0o700, level
+
+
+def test_a_directory_at_the_path_is_refused(record, bin_dir):
+    (bin_dir / "flannel").mkdir()
+    with pytest.raises(IsADirectoryError):
+        record.install(bin_dir / "flannel", b"x", 0o755)
+    assert record.recorded_paths() == []
+
+
+def test_relative_paths_are_refused(record):
+    with pytest.raises(ValueError, match="absolute"):
+        record.install("opt/cni/bin/flannel", b"x", 0o755)

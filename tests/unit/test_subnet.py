@@ -1,0 +1,62 @@
+"""subnet.env, as flanneld writes it: the unit's status shows the subnet."""
+import ipaddress
+
+import pytest
+
+from charms.flannel.subnet import SubnetEnv, parse_subnet_env, read_subnet_env
+
+FLANNELD_WROTE = """FLANNEL_NETWORK=10.1.0.0/16
+FLANNEL_SUBNET=10.1.52.1/24
+FLANNEL_MTU=1450
+FLANNEL_IPMASQ=true
+"""
+
+EXPECTED = SubnetEnv(network=ipaddress.IPv4Network("10.1.0.0/16"),
+                     subnet=ipaddress.IPv4Interface("10.1.52.1/24"), mtu=1450, ipmasq=True)
+
+
+def test_what_flanneld_writes_is_parsed():
+    env = parse_subnet_env(FLANNELD_WROTE)
+    assert env == EXPECTED
+    assert str(env.subnet) == "10.1.52.1/24"
+    assert env.subnet.network == ipaddress.IPv4Network("10.1.52.0/24")
+
+
+def test_ipv6_lines_blank_lines_and_comments_are_tolerated():
+    text = ("# written by flanneld\n\n" + FLANNELD_WROTE +
+            "FLANNEL_IPV6_NETWORK=fd00:10::/64\nFLANNEL_IPV6_SUBNET=fd00:10:0:52::1/80\n\n")
+    assert parse_subnet_env(text) == EXPECTED
+
+
+def test_ipmasq_false_and_quoted_values():
+    text = FLANNELD_WROTE.replace("true", "false").replace("1450", '"1400"')
+    env = parse_subnet_env(text)
+    assert (env.ipmasq, env.mtu) == (False, 1400)
+
+
+@pytest.mark.parametrize("text", [
+    FLANNELD_WROTE.replace("10.1.52.1/24", "10.1.52.999/24"),
+    FLANNELD_WROTE.replace("1450", "big"),
+    FLANNELD_WROTE.replace("1450", "0"),
+    FLANNELD_WROTE.replace("true", "yes"),
+    FLANNELD_WROTE + "garbage line\n",
+])
+def test_garbage_raises_value_error(text):
+    with pytest.raises(ValueError):
+        parse_subnet_env(text)
+
+
+def test_read_returns_none_while_the_file_is_absent(tmp_path):
+    assert read_subnet_env(tmp_path / "subnet.env") is None
+
+
+@pytest.mark.parametrize("text", ["", FLANNELD_WROTE.replace("FLANNEL_SUBNET=10.1.52.1/24\n", ""),
+                                  "FLANNEL_NETWORK=10.1.0.0/16\n", "FLANNEL_MTU=\n"])
+def test_read_returns_none_while_the_file_is_incomplete(tmp_path, text):
+    (tmp_path / "subnet.env").write_text(text)
+    assert read_subnet_env(tmp_path / "subnet.env") is None
+
+
+def test_read_parses_a_complete_file(tmp_path):
+    (tmp_path / "subnet.env").write_text(FLANNELD_WROTE)
+    assert read_subnet_env(str(tmp_path / "subnet.env")) == EXPECTED
