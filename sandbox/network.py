@@ -114,7 +114,9 @@ def netns_pids(netns: str) -> list[int]:
 def kill_pids(find, timeout: float = 5.0) -> None:
     """SIGTERM what `find()` returns, then SIGKILL whatever is left after
     `timeout` seconds; returns once `find()` is empty (or gives up after a
-    further few seconds: a process in uninterruptible sleep)."""
+    further few seconds: a process in uninterruptible sleep).  A dead process
+    leaves its namespaces at exit, so zombies are not found (no reaping of
+    other people's children needed)."""
     pids = find()
     if not pids:
         return
@@ -125,7 +127,6 @@ def kill_pids(find, timeout: float = 5.0) -> None:
             pass
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        _reap()
         if not find():
             return
         time.sleep(0.05)
@@ -138,19 +139,7 @@ def kill_pids(find, timeout: float = 5.0) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        _reap()
         time.sleep(0.05)
-
-
-def _reap() -> None:
-    """Collect our own dead children (a zombie still shows in /proc)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def kill_netns_processes(netns: str, timeout: float = 5.0) -> None:
@@ -172,6 +161,15 @@ def _proc_start_time(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _remove_empty_state_dirs() -> None:
+    """Leave no empty directories of ours behind on the host."""
+    for d in (state_root() / "owners", state_root()):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
 
 
 def _owner_file(tag: str) -> Path:
@@ -231,6 +229,7 @@ def cleanup_stale(force: bool = False) -> list[str]:
             if owner.exists():
                 owner.unlink()
                 removed.append(f"owner {owner}")
+    _remove_empty_state_dirs()
     return removed
 
 
@@ -288,6 +287,7 @@ class TestNetwork:
         delete_netns(self.switch)
         self.created = False
         _owner_file(self.tag).unlink(missing_ok=True)
+        _remove_empty_state_dirs()
 
     def __enter__(self) -> "TestNetwork":
         return self.create()

@@ -1,0 +1,394 @@
+"""A simulated unit machine: a network namespace plus a mount namespace.
+
+A :class:`Machine` is attached to a :class:`~sandbox.network.TestNetwork`
+(namespace ``flsb-<tag>-<name>``, ``eth0`` with an address of the test
+subnet, no default route) and owns a long-lived mount namespace, kept alive by
+a small "holder" process (``unshare --mount --propagation slave``) that sits in
+the machine's network namespace.  Every command the machine runs enters both
+namespaces (``nsenter --mount=/proc/HOLDER/ns/mnt --net=/run/netns/NETNS``).
+
+Inside the mount namespace these trees are overlayfs mounts whose lower layer
+is the host's directory and whose upper layer is
+``$FLANNEL_SANDBOX_STATE/<netns>/upper/<tree>`` (default state root
+``/var/lib/flannel-sandbox``)::
+
+    /etc /opt /run /var/lib /var/log /usr/local /usr/lib/systemd/system
+
+so writes inside (``/opt/cni/bin``, ``/etc/cni/net.d``, ``/etc/ssl/flannel``,
+``/etc/systemd/system``, ``/etc/nagios``, ``/run/flannel``,
+``/run/systemd/system``, ``/var/lib/cni``, ``/var/lib/juju``,
+``/usr/local/bin``, ``/lib/systemd/system``, systemctl's logs ...) are seen
+neither by the host nor by other machines, while the host's files stay
+readable.  Two host paths are bound back over their overlays so they stay
+shared: ``/run/netns`` (a slave of the host's, so pod namespaces made later on
+the host appear inside) and the state root itself.  ``/sys`` is the machine's
+own sysfs (its network devices); ``/proc``, ``/tmp``, ``/home``, ``/work``,
+``/usr`` (but ``/usr/local``) are the host's.
+
+The machine has an Ubuntu 22.04 identity (``/etc/os-release``,
+``/etc/lsb-release``), a ``/run/systemd/system`` directory and a
+``/usr/local/sbin/systemctl`` that runs docker-systemctl-replacement's
+``systemctl3``: with those, charmhelpers' ``service_*`` calls ``systemctl``,
+and ``systemctl start flannel`` really starts ``/lib/systemd/system/
+flannel.service`` inside the machine (the daemon outlives the command,
+``stop`` ends it).
+
+API::
+
+    with TestNetwork() as net, Machine("m1", net) as m:   # start() / destroy()
+        m.name, m.netns, m.address, m.iface ("eth0"), m.state_dir, m.holder_pid
+        m.run(argv, env=None, input=None, check=True, timeout=120, cwd=None,
+              inherit_env=False) -> CompletedProcess (text)    # as root, inside
+        m.popen(argv, env=None, cwd=None, inherit_env=False, **popen_kwargs) -> Popen
+        m.command(argv, cwd=None) -> list[str]       # the nsenter prefix + argv
+        m.environment(env=None, inherit_env=False) -> dict   # env run() would use
+        m.path_on_host(path) -> Path     # host path reaching the machine's file
+        m.upper_path(path) -> Path       # where the overlay keeps a written file
+        m.read_file(path) -> bytes | None
+        m.write_file(path, data, mode=0o644)     # creates parent directories
+        m.ls(path) -> list[str] | None
+        m.exists(path) -> bool
+        m.pids() -> list[int]            # every process in its namespaces
+        m.pids_of(name) -> list[int]     # by /proc/PID/comm or argv[0] basename
+        m.links() -> list[str]           # link names in its netns
+        m.ip_json(*args) -> list[dict]   # `ip -j ARGS` inside
+        m.systemctl(*args, check=False) -> CompletedProcess
+
+``destroy()`` deletes the machine's pod namespaces (``flsb-<tag>-pod-<name>-*``),
+kills every process in the machine's namespaces (daemons started by
+systemctl included), lets the mount namespace go with its holder, deletes the
+network namespace (and its veth) and removes the state directory (unless
+``keep_state=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
+                      list_netns, pids_in_namespaces, run, state_root)
+
+# The trees made private (overlayfs) in every machine.
+OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
+                 "/usr/lib/systemd/system")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+OS_RELEASE = """\
+PRETTY_NAME="Ubuntu 22.04.4 LTS"
+NAME="Ubuntu"
+VERSION_ID="22.04"
+VERSION="22.04.4 LTS (Jammy Jellyfish)"
+VERSION_CODENAME=jammy
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+SUPPORT_URL="https://help.ubuntu.com/"
+BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
+PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
+UBUNTU_CODENAME=jammy
+"""
+LSB_RELEASE = """\
+DISTRIB_ID=Ubuntu
+DISTRIB_RELEASE=22.04
+DISTRIB_CODENAME=jammy
+DISTRIB_DESCRIPTION="Ubuntu 22.04.4 LTS"
+"""
+
+# Run as the holder: it sits in the machine's netns, inside a fresh mount
+# namespace (unshare made every mount a slave), sets up the private trees, says
+# "ready" and sleeps until killed.  Mounts go through mount(2) directly: the
+# host paths kept (/run/netns, the state root) are re-bound from file
+# descriptors opened before the overlays hid them (/proc/self/fd/N), which
+# mount(8) would canonicalise back to the hidden path.
+_HOLDER = r"""
+import ctypes, json, os, signal, sys
+cfg = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+MS_BIND, MS_REC, MNT_DETACH = 4096, 16384, 2
+def mount(src, dst, fstype, flags, data):
+    if libc.mount(src.encode(), dst.encode(), fstype.encode() if fstype else None,
+                  ctypes.c_ulong(flags), data.encode() if data else None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "mount %s on %s (%s): %s" % (src, dst, data, os.strerror(e)))
+keep = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in cfg["keep"] if os.path.isdir(p)]
+if libc.umount2(b"/sys", MNT_DETACH) != 0:
+    raise OSError(ctypes.get_errno(), "umount /sys")
+mount("sysfs", "/sys", "sysfs", 0, None)
+for root, upper, work in cfg["overlays"]:
+    mount("overlay", root, "overlay", 0,
+          "lowerdir=%s,upperdir=%s,workdir=%s" % (root, upper, work))
+    # Put back at once what this overlay hid: the next overlays' upper dirs
+    # live in the state root, and an overlay cannot be an upper layer.
+    for path, fd in keep:
+        if path == root or path.startswith(root + "/"):
+            mount("/proc/self/fd/%d" % fd, path, None, MS_BIND | MS_REC, None)
+for path, fd in keep:
+    os.close(fd)
+signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+os.chdir("/")
+print("ready", flush=True)
+sys.stdout.close()
+while True:
+    signal.pause()
+"""
+
+
+def find_systemctl3() -> str:
+    """docker-systemctl-replacement's systemctl3 from the current venv, the
+    project's cache venv, /tmp/venv, or PATH."""
+    candidates = [Path(sys.prefix) / "bin" / "systemctl3",
+                  Path(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm")) / "venv/bin/systemctl3",
+                  Path("/tmp/venv/bin/systemctl3")]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    found = shutil.which("systemctl3")
+    if found:
+        return found
+    raise FileNotFoundError("systemctl3 (PyPI docker-systemctl-replacement) is not installed")
+
+
+class MachineError(RuntimeError):
+    pass
+
+
+class Machine:
+    def __init__(self, name: str, network: TestNetwork, address: str | None = None,
+                 keep_state: bool = False):
+        self.name = name
+        self.network = network
+        self.netns = network.prefix + name
+        self.state_dir = state_root() / self.netns
+        self._want_address = address
+        self.address: str | None = None
+        self.iface = "eth0"
+        self.keep_state = keep_state
+        self.holder: subprocess.Popen | None = None
+        self._mnt_ns = None
+
+    def __repr__(self) -> str:
+        return f"Machine({self.name!r}, netns={self.netns!r}, address={self.address!r})"
+
+    # --- lifecycle ----------------------------------------------------------
+    @property
+    def holder_pid(self) -> int:
+        if self.holder is None:
+            raise MachineError(f"machine {self.name} is not started")
+        return self.holder.pid
+
+    @property
+    def pod_prefix(self) -> str:
+        return f"{self.network.prefix}pod-{self.name}-"
+
+    def _prepare_state(self) -> list[list[str]]:
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        overlays = []
+        for root in OVERLAY_ROOTS:
+            upper = self.state_dir / "upper" / root.lstrip("/")
+            work = self.state_dir / "work" / root.lstrip("/")
+            upper.mkdir(parents=True)
+            work.mkdir(parents=True)
+            shutil.copystat(root, upper)   # the tree's root keeps the host's mode
+            overlays.append([root, str(upper), str(work)])
+        (self.state_dir / "machine.json").write_text(json.dumps(
+            {"name": self.name, "netns": self.netns, "network": self.network.tag}))
+        # Ubuntu identity (charmhelpers refuses Debian) and systemd's marks.
+        u = self.state_dir / "upper"
+        (u / "etc/os-release").write_text(OS_RELEASE)
+        (u / "etc/lsb-release").write_text(LSB_RELEASE)
+        (u / "etc/hostname").write_text(self.name + "\n")
+        (u / "run/systemd/system").mkdir(parents=True)
+        sbin = u / "usr/local/sbin"
+        sbin.mkdir(parents=True, exist_ok=True)
+        wrapper = sbin / "systemctl"
+        wrapper.write_text(f'#!/bin/sh\nexec {find_systemctl3()} "$@"\n')
+        wrapper.chmod(0o755)
+        return overlays
+
+    def start(self) -> "Machine":
+        if self.holder is not None:
+            return self
+        overlays = self._prepare_state()
+        att = self.network.attach(self.name, self._want_address, kind="machine")
+        self.address = att.address
+        self.iface = att.ifname
+        cfg = {"overlays": overlays, "keep": ["/run/netns", str(state_root())]}
+        try:
+            self.holder = subprocess.Popen(
+                ["nsenter", f"--net={NETNS_DIR / self.netns}", "--",
+                 "unshare", "--mount", "--propagation", "slave", "--",
+                 sys.executable, "-c", _HOLDER, json.dumps(cfg), f"flsb-holder:{self.netns}"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd="/", start_new_session=True)
+            line = self.holder.stdout.readline().decode().strip()
+            if line != "ready":
+                err = self.holder.stderr.read().decode() if self.holder.poll() is not None else ""
+                raise MachineError(f"machine {self.name}: holder failed: {line} {err}".strip())
+            self.holder.stdout.close()
+            self._mnt_ns = _ns_id(f"/proc/{self.holder.pid}/ns/mnt")
+        except Exception:
+            self.destroy()
+            raise
+        return self
+
+    def destroy(self) -> None:
+        for n in list_netns():
+            if n.startswith(self.pod_prefix):
+                delete_netns(n)
+        ids = {i for i in (_ns_id(NETNS_DIR / self.netns), self._mnt_ns) if i}
+        if ids:
+            kill_pids(lambda: pids_in_namespaces(ids))
+        if self.holder is not None:
+            try:
+                self.holder.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.holder.kill()
+                self.holder.wait()
+            for f in (self.holder.stdout, self.holder.stderr):
+                if f:
+                    f.close()
+            self.holder = None
+        self.network.detach(self.name)
+        if not self.keep_state and self.state_dir.exists():
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> "Machine":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    # --- running things inside ----------------------------------------------
+    def command(self, argv, cwd: str | None = None) -> list[str]:
+        prefix = ["nsenter", f"--mount=/proc/{self.holder_pid}/ns/mnt",
+                  f"--net={NETNS_DIR / self.netns}"]
+        if cwd:
+            prefix.append(f"--wd={cwd}")
+        return prefix + ["--"] + [str(a) for a in argv]
+
+    def environment(self, env=None, inherit_env: bool = False) -> dict:
+        base = dict(os.environ) if inherit_env else {
+            "PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root"}
+        base.update(env or {})
+        return base
+
+    def run(self, argv, env=None, input=None, check: bool = True, timeout: float = 120,
+            cwd: str | None = None, inherit_env: bool = False) -> subprocess.CompletedProcess:
+        """Run `argv` as root inside the machine; text in, text out."""
+        return run(self.command(argv, cwd), check=check, input=input, timeout=timeout,
+                   env=self.environment(env, inherit_env))
+
+    def popen(self, argv, env=None, cwd: str | None = None, inherit_env: bool = False,
+              **kwargs) -> subprocess.Popen:
+        return subprocess.Popen(self.command(argv, cwd), env=self.environment(env, inherit_env),
+                                **kwargs)
+
+    def systemctl(self, *args, check: bool = False) -> subprocess.CompletedProcess:
+        return self.run(["systemctl", *args], check=check)
+
+    # --- files ----------------------------------------------------------------
+    def path_on_host(self, path: str) -> Path:
+        """A host path that reaches `path` as the machine sees it (through the
+        holder's /proc/PID/root), with the machine's symlinks resolved inside
+        the machine (an absolute link would otherwise escape to the host)."""
+        root = f"/proc/{self.holder_pid}/root"
+        parts = [p for p in Path(path).parts if p != "/"]
+        resolved: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = root + "/" + "/".join(resolved + [part])
+            if os.path.islink(candidate):
+                hops += 1
+                if hops > 40:
+                    raise OSError(40, "too many levels of symbolic links", path)
+                target = os.readlink(candidate)
+                if target.startswith("/"):
+                    resolved = []
+                parts = [p for p in Path(target).parts if p != "/"] + parts
+                continue
+            resolved.append(part)
+        return Path(root + "/" + "/".join(resolved))
+
+    def upper_path(self, path: str) -> Path:
+        """Where the overlay keeps `path` once written inside the machine."""
+        real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        for root in OVERLAY_ROOTS:
+            if real == root or real.startswith(root + "/"):
+                return self.state_dir / "upper" / real.lstrip("/")
+        raise ValueError(f"{path} is not in a private tree of the machine")
+
+    def read_file(self, path: str) -> bytes | None:
+        try:
+            return self.path_on_host(path).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        target = self.path_on_host(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, str):
+            data = data.encode()
+        tmp = target.with_name(f".{target.name}.flsb-tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(mode)
+        os.replace(tmp, target)
+
+    def ls(self, path: str) -> list[str] | None:
+        try:
+            return sorted(os.listdir(self.path_on_host(path)))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(self.path_on_host(path))
+
+    # --- processes and links --------------------------------------------------
+    def pids(self) -> list[int]:
+        ids = {i for i in (_ns_id(NETNS_DIR / self.netns), self._mnt_ns) if i}
+        return pids_in_namespaces(ids)
+
+    def pids_of(self, name: str) -> list[int]:
+        """Processes in the machine named `name` (comm, or argv[0]'s basename)."""
+        found = []
+        for pid in self.pids():
+            if pid == self.holder_pid:
+                continue
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            if name in (comm, os.path.basename(argv0)):
+                found.append(pid)
+        return found
+
+    def ip_json(self, *args) -> list[dict]:
+        out = run(["ip", "-n", self.netns, "-j", *args]).stdout
+        return json.loads(out) if out.strip() else []
+
+    def links(self) -> list[str]:
+        return [link["ifname"] for link in self.ip_json("link", "show")]
+
+    def wait_for_file(self, path: str, timeout: float = 30.0, interval: float = 0.2) -> bytes:
+        deadline = time.monotonic() + timeout
+        while True:
+            data = self.read_file(path)
+            if data:
+                return data
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: {path} did not appear within {timeout}s")
+            time.sleep(interval)

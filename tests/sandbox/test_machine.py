@@ -1,0 +1,152 @@
+"""Machines: private trees, Ubuntu identity, systemctl, clean teardown."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from sandbox.machine import Machine
+from sandbox.network import list_netns, run, state_root
+
+pytestmark = pytest.mark.sandbox
+
+SLEEPER_UNIT = """\
+[Unit]
+Description=a daemon for the test
+[Service]
+ExecStart=/bin/sleep 3600
+[Install]
+WantedBy=multi-user.target
+"""
+
+PRIVATE = ["/opt/cni/bin/x", "/etc/cni/net.d/x", "/run/flannel/x", "/var/lib/cni/x",
+           "/lib/systemd/system/x", "/etc/systemd/system/x", "/usr/local/bin/x",
+           "/etc/ssl/flannel/x", "/var/lib/juju/x", "/etc/nagios/x"]
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+def machines(test_network):
+    with Machine("m1", test_network) as m1, Machine("m2", test_network) as m2:
+        yield m1, m2
+
+
+def test_private_trees(machines):
+    m1, m2 = machines
+    script = "; ".join(f"mkdir -p {os.path.dirname(p)} && echo m1 > {p}" for p in PRIVATE)
+    m1.run(["sh", "-ec", script])
+    for path in PRIVATE:
+        assert m1.read_file(path) == b"m1\n", path
+        assert m2.read_file(path) is None, path
+        assert not os.path.exists(path), f"{path} leaked to the host"
+        assert m1.upper_path(path).read_bytes() == b"m1\n"
+    assert not os.path.exists("/opt/cni") and not os.path.exists("/etc/cni")
+    # The host's files stay visible inside.
+    assert m1.run(["cat", "/etc/debian_version"]).stdout == open("/etc/debian_version").read()
+    # Written from the host side, seen inside only.
+    m2.write_file("/opt/cni/bin/flannel", b"#!/bin/sh\n", 0o755)
+    assert m2.run(["test", "-x", "/opt/cni/bin/flannel"]).returncode == 0
+    assert m2.ls("/opt/cni/bin") == ["flannel"] and m1.ls("/opt/cni/bin") == ["x"]
+
+
+def test_ubuntu_identity_and_systemd_marks(machines):
+    m1, _ = machines
+    os_release = m1.run(["cat", "/etc/os-release"]).stdout
+    assert "ID=ubuntu" in os_release and 'VERSION_ID="22.04"' in os_release
+    assert "DISTRIB_ID=Ubuntu" in m1.read_file("/etc/lsb-release").decode()
+    assert m1.run(["test", "-d", "/run/systemd/system"]).returncode == 0
+    assert m1.run(["sh", "-c", "command -v systemctl"]).stdout.strip() == "/usr/local/sbin/systemctl"
+    assert b"ID=debian" in open("/etc/os-release", "rb").read()   # the host is untouched
+
+
+def test_network_identity(machines):
+    m1, m2 = machines
+    assert m1.address == "172.31.254.11" and m2.address == "172.31.254.12"
+    assert m1.links() == ["lo", "eth0"]
+    addrs = m1.run(["ip", "-br", "-4", "addr", "show", "eth0"]).stdout
+    assert "172.31.254.11/24" in addrs
+    # sysfs is the machine's own
+    assert sorted(m1.run(["ls", "/sys/class/net"]).stdout.split()) == ["eth0", "lo"]
+
+
+def test_systemctl_runs_units_inside_the_machine(machines):
+    m1, m2 = machines
+    m1.write_file("/lib/systemd/system/sleeper.service", SLEEPER_UNIT)
+    assert not os.path.exists("/lib/systemd/system/sleeper.service")
+    assert m1.systemctl("enable", "sleeper").returncode == 0
+    assert m1.systemctl("start", "sleeper").returncode == 0
+    deadline = time.monotonic() + 10
+    while not m1.pids_of("sleep") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (pid,) = m1.pids_of("sleep")
+    # It outlived systemctl, and lives in the machine's namespaces.
+    assert os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{m1.netns}").st_ino
+    assert os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink(f"/proc/{m1.holder_pid}/ns/mnt")
+    assert m1.systemctl("is-active", "sleeper").stdout.strip() == "active"
+    assert m2.systemctl("is-active", "sleeper").stdout.strip() != "active"
+    assert m1.exists("/etc/systemd/system/multi-user.target.wants/sleeper.service")
+    assert m1.systemctl("restart", "sleeper").returncode == 0
+    time.sleep(0.3)
+    (pid2,) = m1.pids_of("sleep")
+    assert pid2 != pid and not alive(pid)
+    assert m1.systemctl("stop", "sleeper").returncode == 0
+    assert m1.pids_of("sleep") == []
+    assert m1.systemctl("is-active", "sleeper").stdout.strip() != "active"
+    assert m1.systemctl("disable", "sleeper").returncode == 0
+    assert not m1.exists("/etc/systemd/system/multi-user.target.wants/sleeper.service")
+    # systemctl3's logs stayed in the machine too
+    assert not os.path.exists("/var/log/journal/sleeper.service.log")
+
+
+def test_iptables_is_per_machine(machines):
+    m1, m2 = machines
+    rule = ["-t", "nat", "-A", "POSTROUTING", "-s", "10.99.0.0/16", "-j", "MASQUERADE"]
+    m1.run(["iptables", *rule])
+    assert "10.99.0.0/16" in m1.run(["iptables-save", "-t", "nat"]).stdout
+    assert "10.99.0.0/16" not in m2.run(["iptables-save", "-t", "nat"]).stdout
+    assert "10.99.0.0/16" not in run(["iptables-save", "-t", "nat"]).stdout
+
+
+def test_host_made_netns_is_visible_inside(machines, test_network):
+    m1, _ = machines
+    name = m1.pod_prefix + "probe"
+    run(["ip", "netns", "add", name])
+    try:
+        assert name in m1.run(["ls", "/run/netns"]).stdout.split()
+    finally:
+        run(["ip", "netns", "delete", name])
+
+
+def test_destroy_kills_everything_and_cleans_up(test_network):
+    m = Machine("gone", test_network).start()
+    m.write_file("/lib/systemd/system/sleeper.service", SLEEPER_UNIT)
+    m.systemctl("start", "sleeper")
+    background = m.popen(["sleep", "3600"])
+    run(["ip", "netns", "add", m.pod_prefix + "p"])
+    time.sleep(0.3)
+    pids = m.pids()
+    assert len(pids) >= 3           # holder, the unit's sleep, the popen'ed one
+    holder_mnt = os.readlink(f"/proc/{m.holder_pid}/ns/mnt")
+    m.destroy()
+    background.wait(timeout=5)
+    assert not [p for p in pids if alive(p)]
+    assert not [n for n in list_netns() if n.startswith(m.netns) or n.startswith(m.pod_prefix)]
+    assert not m.state_dir.exists()
+    # no process is left in the machine's mount namespace
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                assert os.readlink(f"/proc/{entry}/ns/mnt") != holder_mnt
+            except OSError:   # gone, or not ours to look at (pid 1 here)
+                pass
+    assert str(state_root()) not in open("/proc/self/mountinfo").read()

@@ -1,0 +1,105 @@
+"""The test network: isolated, unrouted, and gone without a trace."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import network as netmod
+from sandbox.network import TestNetwork, cleanup_stale, list_netns, ping_from_netns, run
+
+pytestmark = pytest.mark.sandbox
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def root_ns_addresses() -> set[str]:
+    out = json.loads(run(["ip", "-j", "addr", "show"]).stdout)
+    return {a["local"] for link in out for a in link.get("addr_info", [])}
+
+
+def test_attach_addresses_and_reachability(test_network):
+    net = test_network
+    etcd_ns = net.netns_for("etcd")
+    m1 = net.attach("m1", kind="machine")
+    m2 = net.attach("m2", kind="machine")
+    assert net.netns_for("etcd") == etcd_ns == f"{net.prefix}etcd"
+    assert net.address_of("etcd") == "172.31.254.2"
+    assert (m1.address, m2.address) == ("172.31.254.11", "172.31.254.12")
+    assert ping_from_netns(m1.netns, m2.address, count=2, wait=0.5) == 2
+    assert ping_from_netns(m2.netns, net.address_of("etcd"), count=1, wait=0.5) == 1
+    # Nothing routed: no default route, and the root namespace has no
+    # address and no link on the segment.
+    for ns in (etcd_ns, m1.netns, m2.netns):
+        routes = json.loads(run(["ip", "-n", ns, "-j", "route", "show"]).stdout)
+        assert [r["dst"] for r in routes] == [str(net.subnet)]
+        assert run(["ip", "-n", ns, "route", "get", "1.1.1.1"], check=False).returncode != 0
+    subnet = ipaddress.ip_network(net.subnet)
+    assert not [a for a in root_ns_addresses() if ipaddress.ip_address(a) in subnet]
+    assert "port1" not in run(["ip", "link", "show"]).stdout
+
+
+def test_destroy_leaves_nothing(sandbox_host):
+    before = set(list_netns())
+    net = TestNetwork().create()
+    net.attach("m1", kind="machine")
+    sleeper = subprocess.Popen(["nsenter", f"--net=/run/netns/{net.prefix}m1", "sleep", "300"])
+    net.destroy()
+    assert sleeper.wait(timeout=10) == -signal.SIGTERM
+    assert set(list_netns()) == before
+    assert not (netmod.state_root() / "owners" / f"{net.tag}.json").exists()
+
+
+def test_two_networks_are_separate(sandbox_host):
+    with TestNetwork() as a, TestNetwork() as b:
+        ma = a.attach("m1", kind="machine")
+        mb = b.attach("m1", kind="machine")
+        assert ma.address == mb.address
+        b.detach("m1")
+        # a's m1 cannot see b's segment: pinging its own address from b's
+        # other namespace fails, a's stays fine.
+        ob = b.attach("other")
+        assert ping_from_netns(ob.netns, ma.address, count=1, wait=0.5) == 0
+        oa = a.attach("other")
+        assert ping_from_netns(oa.netns, ma.address, count=1, wait=0.5) == 1
+
+
+def test_cleanup_stale_after_a_crash(sandbox_host):
+    """A run killed with SIGKILL leaves namespaces, processes and state;
+    cleanup_stale removes them all, and spares live networks."""
+    script = f"""
+import sys, time, subprocess
+sys.path.insert(0, {str(ROOT)!r})
+from sandbox.network import TestNetwork
+from sandbox.machine import Machine
+net = TestNetwork().create()
+m = Machine("m1", net).start()
+m.popen(["sleep", "300"])
+print(net.tag, m.holder_pid, flush=True)
+time.sleep(300)
+"""
+    with TestNetwork() as live:
+        live.attach("m1", kind="machine")
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        tag, holder = proc.stdout.readline().split()
+        proc.kill()
+        proc.wait()
+        stale = [n for n in list_netns() if n.startswith(f"flsb-{tag}-")]
+        assert sorted(stale) == [f"flsb-{tag}-m1", f"flsb-{tag}-switch"]
+        assert os.path.exists(f"/proc/{holder}")
+        removed = cleanup_stale()
+        assert f"netns flsb-{tag}-m1" in removed
+        assert not [n for n in list_netns() if n.startswith(f"flsb-{tag}-")]
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{holder}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{holder}")
+        assert not (netmod.state_root() / f"flsb-{tag}-m1").exists()
+        assert f"{live.prefix}m1" in list_netns()
