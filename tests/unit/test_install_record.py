@@ -52,6 +52,15 @@ def test_the_record_holds_sha256_and_mode(record, record_dir, bin_dir):
     assert saved["original"] is None
 
 
+def test_checksum_is_the_recorded_sha256(record, bin_dir):
+    target = bin_dir / "flannel"
+    assert record.checksum(target) is None
+    record.install(target, b"plugin v1", 0o755)
+    assert record.checksum(target) == hashlib.sha256(b"plugin v1").hexdigest()
+    record.install(target, b"plugin v2", 0o755)
+    assert record.checksum(target) == hashlib.sha256(b"plugin v2").hexdigest()
+
+
 def test_installing_the_same_content_again_reports_no_change(record, bin_dir):
     target = bin_dir / "flannel"
     record.install(target, b"plugin v1", 0o755)

@@ -9,7 +9,8 @@ import pytest
 import requests
 
 from charms.flannel.network import (DEFAULT_PREFIX, EtcdClientSettings, EtcdUnavailable,
-                                    NetworkStore, check_backend_change, network_config)
+                                    NetworkStore, check_backend_change, ensure_network_config,
+                                    network_config)
 from charms.flannel.options import InvalidOption, parse_options
 
 
@@ -188,6 +189,40 @@ def test_an_expired_lease_is_no_longer_listed(etcd, settings, prefix):
     assert len(store.leases()) == 1
     lease.revoke()
     assert store.leases() == []
+
+
+# -- ensure_network_config: what the charm's handler calls ----------------------
+
+def test_ensure_writes_the_options_once(settings, prefix):
+    store = NetworkStore(settings, prefix)
+    assert ensure_network_config(store, options(vni=9)) is True
+    assert store.read_config() == network_config(options(vni=9))
+    assert ensure_network_config(store, options(vni=9)) is False
+
+
+def test_ensure_refuses_a_backend_change_while_nodes_hold_leases(etcd, settings, prefix):
+    store = NetworkStore(settings, prefix)
+    ensure_network_config(store, options())
+    raw_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+    raw_client(etcd).put(f"{prefix}/subnets/10.1.53.0-24", "{}")
+    with pytest.raises(InvalidOption) as caught:
+        ensure_network_config(store, options(backend="host-gw"))
+    assert "cannot change from vxlan to host-gw while 2 nodes hold leases" in str(caught.value)
+    assert store.read_config() == network_config(options())  # left as it was
+
+
+def test_ensure_changes_the_backend_once_no_node_holds_a_lease(settings, prefix):
+    store = NetworkStore(settings, prefix)
+    ensure_network_config(store, options())
+    assert ensure_network_config(store, options(backend="host-gw")) is True
+    assert store.read_config()["Backend"] == {"Type": "host-gw"}
+
+
+def test_ensure_changes_the_cidr_under_live_leases(etcd, settings, prefix):
+    store = NetworkStore(settings, prefix)
+    ensure_network_config(store, options())
+    raw_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+    assert ensure_network_config(store, options(cidr="10.2.0.0/16")) is True
 
 
 # -- TLS: the relation's CA, whatever the environment says --------------------

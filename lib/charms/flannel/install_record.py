@@ -139,6 +139,12 @@ class InstallRecord:
     def is_recorded(self, path: Path | str) -> bool:
         return str(_absolute(path)) in self._files
 
+    def checksum(self, path: Path | str) -> str | None:
+        """The sha256 the charm last wrote at path (None if never recorded):
+        cheap, without re-reading a large binary in every hook."""
+        entry = self._files.get(str(_absolute(path)))
+        return entry.get("sha256") if entry else None
+
     def remove_all(self) -> RemovalReport:
         """Undo every install: remove or restore each recorded file that is
         still as the charm left it, then remove the charm's empty directories,

@@ -68,6 +68,21 @@ def check_backend_change(
     )
 
 
+def ensure_network_config(store: NetworkStore, options: NetworkOptions) -> bool:
+    """Make etcd hold the config for options; True if it was written.
+
+    Raises InvalidOption("backend", ...) rather than switching backends under
+    live leases, and EtcdUnavailable when etcd cannot be reached.
+    """
+    wanted = network_config(options)
+    current = store.read_config()
+    if current == wanted:
+        return False
+    if backend_type(current) not in (None, backend_type(wanted)):
+        check_backend_change(current, wanted, len(store.leases()))
+    return store.write_config(wanted)
+
+
 class EtcdUnavailable(Exception):
     """No etcd endpoint could be used; reason is meant for a waiting status."""
 

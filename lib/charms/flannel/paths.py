@@ -15,11 +15,14 @@ CNI_PLUGIN = CNI_BIN_DIR / "flannel"
 CNI_PLUGIN_MODE = 0o755
 
 # The etcd client credentials from the relation; the key is a secret.
-ETCD_TLS_DIR = Path("/etc/ssl/flannel")
+ETCD_TLS_DIR = ETCD_CREDENTIALS_DIR = Path("/etc/ssl/flannel")
 ETCD_TLS_DIR_MODE = 0o700
-ETCD_CA = ETCD_TLS_DIR / "client-ca.pem"
-ETCD_CERT = ETCD_TLS_DIR / "client-cert.pem"
-ETCD_KEY = ETCD_TLS_DIR / "client-key.pem"
+ETCD_CA_NAME = "client-ca.pem"
+ETCD_CERT_NAME = "client-cert.pem"
+ETCD_KEY_NAME = "client-key.pem"
+ETCD_CA = ETCD_TLS_DIR / ETCD_CA_NAME
+ETCD_CERT = ETCD_TLS_DIR / ETCD_CERT_NAME
+ETCD_KEY = ETCD_TLS_DIR / ETCD_KEY_NAME
 ETCD_TLS_FILE_MODE = 0o600
 
 SERVICE_FILE = Path("/lib/systemd/system") / f"{SERVICE_NAME}.service"
@@ -27,7 +30,7 @@ SERVICE_FILE_MODE = 0o644
 
 CNI_CONF_DIR = Path("/etc/cni/net.d")
 CNI_CONF_NAME = "10-flannel.conflist"
-CNI_CONF = CNI_CONF_DIR / CNI_CONF_NAME
+CNI_CONF = CNI_CONFLIST = CNI_CONF_DIR / CNI_CONF_NAME
 CNI_CONF_MODE = 0o644
 
 # flanneld writes this; the charm only reads it.
