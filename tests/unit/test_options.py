@@ -137,7 +137,8 @@ def test_vni_limits_are_accepted(vni):
 
 
 @pytest.mark.parametrize("port, message", [
-    (65536, "Invalid port: 65536 is out of range; use 1 to 65535, or 0 for the kernel default 8472"),
+    (65536, "Invalid port: 65536 is out of range; use 1 to 65535, "
+            "or 0 for the kernel default 8472"),
     (-1, "Invalid port: -1 is out of range; use 1 to 65535, or 0 for the kernel default 8472"),
     ("8472", 'Invalid port: "8472" is not a whole number'),
     (None, None),  # None means unset: the default applies

@@ -78,7 +78,8 @@ def test_a_zero_size_resource(tmp_path):
 ])
 def test_something_else_than_a_gzip_tar(tmp_path, content):
     (tmp_path / "r.tar.gz").write_bytes(content)
-    assert problem(tmp_path / "r.tar.gz") == "Resource flannel-amd64 is not a gzip-compressed tar archive"
+    assert problem(tmp_path / "r.tar.gz") == (
+        "Resource flannel-amd64 is not a gzip-compressed tar archive")
 
 
 def test_an_uncompressed_tar_is_not_accepted(tmp_path):

@@ -132,7 +132,8 @@ def _normalise_endpoint(item: str, whole: str) -> str:
         url, port = None, 0
     if url is None or url.scheme != "https" or not url.hostname:
         raise EtcdUnavailable(
-            f"etcd connection string {whole!r} has an endpoint that is not https://host:port: {item!r}"
+            f"etcd connection string {whole!r} has an endpoint that is not "
+            f"https://host:port: {item!r}"
         )
     host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
     return f"https://{host}:{port}"

@@ -64,7 +64,9 @@ def render_service(
 
 
 def render_conflist(
-    templates_dir: str | os.PathLike[str], *, subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE
+    templates_dir: str | os.PathLike[str],
+    *,
+    subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
 ) -> str:
     """The CNI network config; subnetFile is written only when it is not
     the plugin's own default."""
