@@ -59,6 +59,13 @@ def test_service_prefix_ip_masq_and_a_single_endpoint_string(templates_dir):
     assert "-ip-masq" not in command
 
 
+def test_service_takes_the_relations_connection_string_as_is(templates_dir):
+    args = dict(SERVICE_ARGS, endpoints="https://10.0.0.5:2379, https://10.0.0.6:2379,")
+    command = exec_start(render_service(templates_dir, iface="", **args))
+    assert "-etcd-endpoints=https://10.0.0.5:2379,https://10.0.0.6:2379" in command
+    assert len(command) == 8
+
+
 def test_service_is_a_plain_restarting_unit(templates_dir):
     unit = unit_file(render_service(templates_dir, iface="eth0", **SERVICE_ARGS))
     assert unit["Unit"]["After"] == "network-online.target"

@@ -45,9 +45,12 @@ def render_service(
     subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
     flanneld: str | os.PathLike[str] = paths.FLANNELD,
 ) -> str:
-    """The systemd unit that runs flanneld against etcd."""
-    if not isinstance(endpoints, str):
-        endpoints = ",".join(endpoints)
+    """The systemd unit that runs flanneld against etcd. endpoints may be the
+    relation's connection string as is: spaces around its commas would split
+    flanneld's argument, so they are dropped."""
+    if isinstance(endpoints, str):
+        endpoints = endpoints.split(",")
+    endpoints = ",".join(item.strip() for item in endpoints if item.strip())
     return _render(
         templates_dir,
         SERVICE_TEMPLATE,
