@@ -14,6 +14,8 @@ Everything Go produces is cached outside the repository, under
     go/install/<arch>/<name>@<ver>/  one GOPATH per binary, arch and version;
                                      the binary lands in bin/ (native) or
                                      bin/linux_<arch>/ (cross-compiled)
+    resources/flannel-<arch>-<key>.tar.gz   the packed tarball, keyed on the
+                                     binaries in it, copied to out_dir
 
 A binary already in its install dir (with a stamp matching the build
 settings) is reused, so a second build only re-packs the tarball.  A
@@ -215,24 +217,39 @@ def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"flannel-{arch}.tar.gz"
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
-            _add_member(tar, "flanneld", flanneld.read_bytes(), 0o755)
-            _add_dir(tar, "cni-plugin")
-            _add_member(tar, "cni-plugin/flannel", plugin.read_bytes(), 0o755)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, target)
-    digest = hashlib.sha256(buf.getvalue()).hexdigest()[:16]
-    _log(progress, f"packed   {target} ({len(buf.getvalue())} bytes, sha256 {digest}...)")
+    # The packed tarball is cached too, keyed on the binaries it holds.
+    key = hashlib.sha256()
+    for path in (flanneld, plugin):
+        st = path.stat()
+        key.update(f"{path}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    packed = cache_root() / "resources" / f"flannel-{arch}-{key.hexdigest()[:16]}.tar.gz"
+    if not packed.is_file():
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=6) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+                _add_member(tar, "flanneld", flanneld.read_bytes(), 0o755)
+                _add_dir(tar, "cni-plugin")
+                _add_member(tar, "cni-plugin/flannel", plugin.read_bytes(), 0o755)
+        packed.parent.mkdir(parents=True, exist_ok=True)
+        for old in packed.parent.glob(f"flannel-{arch}-*.tar.gz"):
+            old.unlink()
+        tmp = packed.with_name(packed.name + ".tmp")
+        tmp.write_bytes(buf.getvalue())
+        os.replace(tmp, packed)
+        _log(progress, f"packed   {packed}")
+    if target.resolve() != packed.resolve():
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.copyfile(packed, tmp)
+        os.replace(tmp, target)
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()[:16]
+    _log(progress, f"resource {target} ({target.stat().st_size} bytes, sha256 {digest}...)")
     return target
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.resource", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", default=host_arch(), choices=ARCHES + ("all",))
-    parser.add_argument("--out", default=str(cache_root() / "resources"),
+    parser.add_argument("--out", default=".",
                         help="directory for flannel-<arch>.tar.gz (default: %(default)s)")
     parser.add_argument("--cnitool", action="store_true", help="also build cnitool (host arch)")
     args = parser.parse_args(argv)
