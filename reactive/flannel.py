@@ -28,7 +28,7 @@ from charms.flannel.options import InvalidOption, parse_options
 from charms.flannel.status import Observations, assess
 from charms.flannel.subnet import read_subnet_env
 
-SERVICE = "flannel"
+SERVICE = paths.SERVICE_NAME
 INSTALLED = "flannel.installed"
 NETWORK_CONFIGURED = "flannel.network.configured"
 SERVICE_RUNNING = "flannel.service.running"
@@ -109,9 +109,9 @@ def configure_network():
     etcd = endpoint_from_flag("etcd.available")
     # A change here reaches flanneld through run_flanneld's input digest.
     write_client_credentials(_record(), *etcd.client_credentials())
-    store = NetworkStore(_etcd_settings(etcd))
     try:
-        ensure_network_config(store, options)
+        with NetworkStore(_etcd_settings(etcd)) as store:
+            ensure_network_config(store, options)
     except InvalidOption as invalid:
         _problem("config", str(invalid))
         return

@@ -16,20 +16,20 @@ class ClientFiles:
 
 
 def write_client_credentials(record: InstallRecord, ca: str, cert: str, key: str,
-                             directory: Path = paths.ETCD_CREDENTIALS_DIR) -> tuple[ClientFiles, bool]:
+                             directory: Path = paths.ETCD_TLS_DIR) -> tuple[ClientFiles, bool]:
     """Write CA, cert and key (all 0600, directory 0700); True if any changed.
 
     The key is a secret: it goes to disk only here and is never logged.
     """
-    record.ensure_directory(directory, 0o700)
+    record.ensure_directory(directory, paths.ETCD_TLS_DIR_MODE)
     files = client_files(directory)
     changed = False
     for path, pem in ((files.ca_file, ca), (files.cert_file, cert), (files.key_file, key)):
-        changed |= record.install(path, pem.encode(), 0o600)
+        changed |= record.install(path, pem.encode(), paths.ETCD_TLS_FILE_MODE)
     return files, changed
 
 
-def client_files(directory: Path = paths.ETCD_CREDENTIALS_DIR) -> ClientFiles:
+def client_files(directory: Path = paths.ETCD_TLS_DIR) -> ClientFiles:
     return ClientFiles(directory / paths.ETCD_CA_NAME,
                        directory / paths.ETCD_CERT_NAME,
                        directory / paths.ETCD_KEY_NAME)
