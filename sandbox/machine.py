@@ -38,11 +38,14 @@ API::
     with TestNetwork() as net, Machine("m1", net) as m:   # start() / destroy()
         m.name, m.netns, m.address, m.iface ("eth0"), m.state_dir, m.holder_pid
         m.run(argv, env=None, input=None, check=True, timeout=120, cwd=None,
-              inherit_env=False) -> CompletedProcess (text)    # as root, inside
+              inherit_env=False, text=None) -> CompletedProcess   # as root, inside;
+              # env is merged over a clean base (PATH, HOME=/root, LANG=C.UTF-8,
+              # USER=root) unless inherit_env; text unless input is bytes
         m.popen(argv, env=None, cwd=None, inherit_env=False, **popen_kwargs) -> Popen
         m.command(argv, cwd=None) -> list[str]       # the nsenter prefix + argv
         m.environment(env=None, inherit_env=False) -> dict   # env run() would use
         m.path_on_host(path) -> Path     # host path reaching the machine's file
+        m.host_path(path) -> str         # the same, as a string
         m.upper_path(path) -> Path       # where the overlay keeps a written file
         m.read_file(path) -> bytes | None
         m.write_file(path, data, mode=0o644)     # creates parent directories
@@ -280,10 +283,14 @@ class Machine:
         return base
 
     def run(self, argv, env=None, input=None, check: bool = True, timeout: float = 120,
-            cwd: str | None = None, inherit_env: bool = False) -> subprocess.CompletedProcess:
-        """Run `argv` as root inside the machine; text in, text out."""
+            cwd: str | None = None, inherit_env: bool = False,
+            text: bool | None = None) -> subprocess.CompletedProcess:
+        """Run `argv` as root inside the machine, output captured: text in
+        and out, unless `input` is bytes or text=False.  With check=True a
+        non-zero exit raises CommandFailed (a CalledProcessError whose str()
+        has the stderr)."""
         return run(self.command(argv, cwd), check=check, input=input, timeout=timeout,
-                   env=self.environment(env, inherit_env))
+                   env=self.environment(env, inherit_env), text=text)
 
     def popen(self, argv, env=None, cwd: str | None = None, inherit_env: bool = False,
               **kwargs) -> subprocess.Popen:
@@ -322,6 +329,10 @@ class Machine:
                 continue
             resolved.append(part)
         return Path(root + "/" + "/".join(resolved))
+
+    def host_path(self, path: str) -> str:
+        """str(path_on_host(path)), for callers that want a string."""
+        return str(self.path_on_host(path))
 
     def upper_path(self, path: str) -> Path:
         """Where the overlay keeps `path` once written inside the machine."""

@@ -64,13 +64,20 @@ class CommandFailed(subprocess.CalledProcessError):
 
     def __str__(self) -> str:
         argv = " ".join(map(str, self.cmd))
-        err = (self.stderr or "").strip() or (self.output or "").strip()
+        err, out = self.stderr or "", self.output or ""
+        if isinstance(err, bytes):
+            err, out = err.decode(errors="replace"), out.decode(errors="replace")
+        err = err.strip() or out.strip()
         return f"`{argv}` exited {self.returncode}: {err}"
 
 
-def run(argv, check=True, input=None, timeout=60, env=None) -> subprocess.CompletedProcess:
-    """subprocess.run with captured text output; raises CommandFailed."""
-    proc = subprocess.run(argv, input=input, capture_output=True, text=True,
+def run(argv, check=True, input=None, timeout=60, env=None,
+        text: bool | None = None) -> subprocess.CompletedProcess:
+    """subprocess.run with captured output, text unless `input` is bytes (or
+    text=False); raises CommandFailed."""
+    if text is None:
+        text = not isinstance(input, (bytes, bytearray))
+    proc = subprocess.run(argv, input=input, capture_output=True, text=text,
                           timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise CommandFailed(proc.returncode, argv, proc.stdout, proc.stderr)
@@ -192,12 +199,16 @@ def _tag_of(name: str) -> str | None:
 def cleanup_stale(force: bool = False) -> list[str]:
     """Remove leftovers of sandbox networks whose owning process is dead (all
     of them with force=True): processes in their namespaces, the namespaces,
-    machine state dirs and owner records.  Returns what it removed."""
+    machine state dirs and owner records.  Returns what it removed.
+    Namespaces named ``flsb-`` but not ``flsb-<hex tag>-`` were not made by
+    this module: only force=True removes them."""
     removed = []
     tags = set()
     for name in list_netns():
         tag = _tag_of(name)
-        if name.startswith(PREFIX) and (force or tag is None or not owner_alive(tag)):
+        if not name.startswith(PREFIX):
+            continue
+        if force or (tag is not None and not owner_alive(tag)):
             tags.add(tag)
     root = state_root()
     if root.is_dir():
