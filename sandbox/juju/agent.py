@@ -1,0 +1,298 @@
+"""The unit agent: lays out a unit's files in its machine and runs its hooks.
+
+In a machine (through its executor):
+    /var/lib/juju/agents/unit-flannel-3/charm      the deployed charm (CHARM_DIR)
+    /var/lib/juju/agents/unit-flannel-3/resources  resource-get's downloads
+    /var/lib/juju/tools/unit-flannel-3/            jujuc + one symlink per hook tool
+    /var/lib/juju/tools/machine-N/jujud            fake jujud (`jujud version`)
+
+A hook runs as Juju runs it: $CHARM_DIR/dispatch if the charm has one
+(JUJU_DISPATCH_PATH=hooks/<name>), else $CHARM_DIR/hooks/<name> with argv[0]
+that path, cwd CHARM_DIR, stdin /dev/null, a clean environment.  A missing
+hook is skipped.  stdout/stderr go to files (not pipes, so a daemon the hook
+leaves running cannot hold the agent up) under the model's run/ directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from . import model as _model
+from .executors import DEFAULT_TIMEOUT
+
+PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+SANDBOX_VENV_PYTHON = "/var/cache/flannel-charm/venv/bin/python"
+FALLBACK_PYTHON = "/tmp/venv/bin/python"
+PYTHON_ENV = "SANDBOX_JUJU_PYTHON"
+
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
+
+MISSING_MARK = b"SANDBOX-JUJU-HOOK-MISSING"
+NO_CHARM_MARK = b"SANDBOX-JUJU-NO-CHARM-DIR"
+
+# $1 charm dir, $2 hook name, $3 stdout file, $4 stderr file
+HOOK_WRAPPER = r'''
+cd "$1" 2>/dev/null || { echo SANDBOX-JUJU-NO-CHARM-DIR; exit 0; }
+charm=$1 hook=$2 out=$3 err=$4
+if [ -e "$charm/dispatch" ]; then
+    JUJU_DISPATCH_PATH="hooks/$hook"; export JUJU_DISPATCH_PATH
+    exec "$charm/dispatch" </dev/null >"$out" 2>"$err"
+fi
+if [ -e "$charm/hooks/$hook" ]; then
+    exec "$charm/hooks/$hook" </dev/null >"$out" 2>"$err"
+fi
+echo SANDBOX-JUJU-HOOK-MISSING
+'''
+
+
+def default_python() -> str:
+    """Interpreter for the hook tools' shebang: it must exist inside the
+    machine and have PyYAML."""
+    env = os.environ.get(PYTHON_ENV)
+    if env:
+        return env
+    for cand in (SANDBOX_VENV_PYTHON, FALLBACK_PYTHON):
+        if os.access(cand, os.X_OK):
+            return cand
+    return sys.executable
+
+
+@dataclasses.dataclass
+class HookRun:
+    """One dispatched hook, as the hook log records it."""
+    seq: int
+    unit: str
+    hook: str
+    exit_code: int | None          # None: hook missing (skipped)
+    duration: float
+    relation_id: str | None = None  # "cni:3"
+    remote_unit: str | None = None
+    remote_app: str | None = None
+    departing_unit: str | None = None
+    skipped: bool = False
+    emulated: bool = False
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    started_at: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code in (0, None)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def tail(data: bytes | str, limit: int = 4000) -> str:
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    return data[-limit:]
+
+
+class ToolsInstaller:
+    """Builds the host-side staging copy of the hook tools once per model."""
+
+    def __init__(self, staging_dir: str, python: str, juju_version: str, series="ubuntu", arch="amd64"):
+        self.staging = staging_dir
+        self.python = python
+        self.juju_version = juju_version
+        self.jujud_version = f"{juju_version}-{series}-{arch}"
+        self.jujud_path = os.path.join(os.path.dirname(staging_dir), "jujud")
+
+    def build(self) -> None:
+        from .hooktools import TOOLS
+        if os.path.isdir(self.staging):
+            shutil.rmtree(self.staging)
+        os.makedirs(self.staging)
+        shutil.copyfile(os.path.join(PKG_DIR, "hooktools.py"),
+                        os.path.join(self.staging, "_sandbox_juju_hooktools.py"))
+        shutil.copyfile(os.path.join(PKG_DIR, "model.py"),
+                        os.path.join(self.staging, "_sandbox_juju_model.py"))
+        jujuc = os.path.join(self.staging, "jujuc")
+        with open(jujuc, "w", encoding="utf-8") as f:
+            f.write(f"#!{self.python} -Es\n"
+                    "# emulated Juju hook tools (sandbox.juju.hooktools)\n"
+                    "import os, sys\n"
+                    "sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))\n"
+                    "import _sandbox_juju_hooktools as tools\n"
+                    "sys.exit(tools.main())\n")
+        os.chmod(jujuc, 0o755)
+        for name in TOOLS:
+            os.symlink("jujuc", os.path.join(self.staging, name))
+        with open(self.jujud_path, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\n"
+                    "# fake jujud: charmhelpers runs `jujud version` to learn Juju's version\n"
+                    'case "$1" in\n'
+                    f'  version|--version) echo "{self.jujud_version}" ;;\n'
+                    '  *) echo "ERROR jujud is emulated by the sandbox: only `jujud version` works" >&2; exit 2 ;;\n'
+                    "esac\n")
+        os.chmod(self.jujud_path, 0o755)
+
+
+class UnitAgent:
+    """Runs file operations and hooks for units through their machine's executor."""
+
+    def __init__(self, state: _model.StateFile, run_dir: str, tools: ToolsInstaller,
+                 timeout: float = DEFAULT_TIMEOUT, extra_env: dict | None = None):
+        self.state = state
+        self.run_dir = run_dir
+        self.tools = tools
+        self.timeout = timeout
+        self.extra_env = dict(extra_env or {})
+        os.makedirs(run_dir, exist_ok=True)
+
+    # -- file operations in the machine --------------------------------------------
+    @staticmethod
+    def _check(cp: subprocess.CompletedProcess, what: str) -> None:
+        if cp.returncode != 0:
+            raise RuntimeError(f"{what} failed ({cp.returncode}): "
+                               f"{tail(cp.stderr or b'', 2000)}")
+
+    def install_machine_tools(self, executor, machine_id: str) -> None:
+        d = executor.machine_path(f"/var/lib/juju/tools/machine-{machine_id}")
+        cp = executor.run(["/bin/sh", "-c", 'mkdir -p "$1" && cp -f "$2" "$1/jujud" && chmod 0755 "$1/jujud"',
+                           "sh", d, self.tools.jujud_path])
+        self._check(cp, f"installing jujud in {d}")
+
+    def deploy_charm(self, executor, unit: dict, charm_dir: str) -> list[str]:
+        """Copy the charm into <agent dir>/charm and the tools into the
+        unit's tools dir; returns the charm manifest (relative paths)."""
+        cp = executor.run(["/bin/sh", "-c",
+                           'set -e; mkdir -p "$1" "$2/charm" "$3"; cp -a "$4/." "$2/charm/"; '
+                           'cp -a "$5/." "$3/"',
+                           "sh", os.path.dirname(unit["agent-dir"]), unit["agent-dir"],
+                           unit["tools-dir"], charm_dir, self.tools.staging])
+        self._check(cp, f"deploying {charm_dir} to {unit['name']}")
+        return manifest(charm_dir)
+
+    def upgrade_charm(self, executor, unit: dict, new_charm_dir: str, old_manifest: list[str]) -> list[str]:
+        """Juju's charm upgrade: files of the old charm go, the new charm's
+        files come; files the charm wrote itself (not in the manifest) stay."""
+        new = manifest(new_charm_dir)
+        gone = sorted(set(old_manifest) - set(new))
+        if gone:
+            cp = executor.run(["/bin/sh", "-c", 'cd "$1" && xargs -0 -r rm -f --', "sh", unit["charm-dir"]],
+                              input=b"\0".join(p.encode() for p in gone))
+            self._check(cp, f"removing old charm files of {unit['name']}")
+        cp = executor.run(["/bin/sh", "-c", 'set -e; mkdir -p "$1"; cp -a "$2/." "$1/"; cp -a "$4/." "$3/"',
+                           "sh", unit["charm-dir"], new_charm_dir, unit["tools-dir"], self.tools.staging])
+        self._check(cp, f"upgrading charm of {unit['name']}")
+        return new
+
+    def remove_unit_files(self, executor, unit: dict) -> None:
+        cp = executor.run(["rm", "-rf", "--", unit["agent-dir"], unit["tools-dir"]])
+        self._check(cp, f"removing {unit['agent-dir']}")
+
+    def read_file(self, executor, path: str) -> bytes:
+        cp = executor.run(["cat", "--", path])
+        self._check(cp, f"reading {path}")
+        return cp.stdout
+
+    # -- hooks -----------------------------------------------------------------------
+    def hook_env(self, data: dict, unit: dict, hook: str, context_id: str, rel_env: dict) -> dict:
+        m = data["model"]
+        env = {
+            "PATH": f"{unit['tools-dir']}:{BASE_PATH}",
+            "LANG": "C.UTF-8",
+            "HOME": "/root",
+            "CHARM_DIR": unit["charm-dir"],
+            "JUJU_CHARM_DIR": unit["charm-dir"],
+            "JUJU_CONTEXT_ID": context_id,
+            "JUJU_UNIT_NAME": unit["name"],
+            "JUJU_MODEL_NAME": m["name"],
+            "JUJU_MODEL_UUID": m["uuid"],
+            "JUJU_HOOK_NAME": hook,
+            "JUJU_VERSION": m["juju-version"],
+            "JUJU_MACHINE_ID": str(unit.get("machine")),
+            "JUJU_PRINCIPAL_UNIT": unit.get("principal") or "",
+            "JUJU_CHARM_HTTP_PROXY": "",
+            "JUJU_CHARM_HTTPS_PROXY": "",
+            "JUJU_CHARM_FTP_PROXY": "",
+            "JUJU_CHARM_NO_PROXY": "127.0.0.1,localhost,::1",
+            "JUJU_SLA": "unsupported",
+            _model.STATE_ENV: self.state.path,
+        }
+        env.update({k: v for k, v in rel_env.items() if v})
+        env.update(self.extra_env)
+        return env
+
+    def run_hook(self, executor, data: dict, unit: dict, hook: str, context_id: str,
+                 rel_env: dict, seq: int) -> HookRun:
+        env = self.hook_env(data, unit, hook, context_id, rel_env)
+        safe = context_id.replace("/", "-")
+        out = os.path.join(self.run_dir, safe + ".out")
+        err = os.path.join(self.run_dir, safe + ".err")
+        started = time.time()
+        t0 = time.monotonic()
+        try:
+            cp = executor.run(["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], hook, out, err],
+                              env=env, timeout=self.timeout)
+            rc = cp.returncode
+            wrapper_out = cp.stdout or b""
+            wrapper_err = cp.stderr or b""
+        except subprocess.TimeoutExpired:
+            rc = -9
+            wrapper_out = b""
+            wrapper_err = f"hook timed out after {self.timeout}s".encode()
+        duration = time.monotonic() - t0
+        stdout = _read_and_remove(out)
+        stderr = _read_and_remove(err) + wrapper_err
+        run = HookRun(seq=seq, unit=unit["name"], hook=hook, exit_code=rc, duration=duration,
+                      relation_id=rel_env.get("JUJU_RELATION_ID") or None,
+                      remote_unit=rel_env.get("JUJU_REMOTE_UNIT") or None,
+                      remote_app=rel_env.get("JUJU_REMOTE_APP") or None,
+                      departing_unit=rel_env.get("JUJU_DEPARTING_UNIT") or None,
+                      stdout_tail=tail(stdout), stderr_tail=tail(stderr), started_at=started)
+        if NO_CHARM_MARK in wrapper_out:
+            run.exit_code = 1
+            run.stderr_tail = tail(f"charm directory {unit['charm-dir']} is missing".encode() + stderr)
+        elif MISSING_MARK in wrapper_out and rc == 0:
+            run.exit_code = None
+            run.skipped = True
+        self._log_output(unit, hook, stdout, stderr, run)
+        return run
+
+    def _log_output(self, unit, hook, stdout: bytes, stderr: bytes, run: HookRun) -> None:
+        path = unit.get("log-file")
+        if not path:
+            return
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        lines = []
+        if run.skipped:
+            lines.append(f'{stamp} INFO juju.worker.uniter.operation skipped "{hook}" hook (missing)')
+        for stream in (stdout, stderr):
+            for line in stream.decode("utf-8", "replace").splitlines():
+                lines.append(f"{stamp} WARNING unit.{unit['name']}.{hook} {line}")
+        if not run.skipped:
+            if run.exit_code == 0:
+                lines.append(f'{stamp} INFO juju.worker.uniter.operation ran "{hook}" hook (via hook dispatching script: {hook})')
+            else:
+                lines.append(f'{stamp} ERROR juju.worker.uniter.operation hook "{hook}" '
+                             f'(via hook dispatching script: {hook}) failed: exit status {run.exit_code}')
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
+
+
+def _read_and_remove(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return b""
+    os.unlink(path)
+    return data
+
+
+def manifest(charm_dir: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(charm_dir):
+        dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__")]
+        for fn in filenames:
+            out.append(os.path.relpath(os.path.join(dirpath, fn), charm_dir))
+    return sorted(out)

@@ -1,0 +1,378 @@
+"""Emulated applications: small Python objects the controller drives like
+charms, answering relation events the way the real charms do.
+
+An emulated application is any object with
+    name: str                       application name
+    endpoints: {name: {"interface", "role": "provides"|"requires"|"peers",
+                       "scope": "global"|"container"}}
+    dispatch(ctx: HookContext)      runs one hook (raise = hook failure)
+and optionally subordinate (False), charm_name, version, address (for units
+placed on no machine), config_defaults, attach(controller).
+
+EmulatedApp gives dispatch() that calls on_<hook_name> (dashes to
+underscores, e.g. on_install, on_db_relation_joined, falling back to
+on_relation_joined(ctx) for any endpoint) and records every event in
+self.events as (unit, hook, remote_unit).  A test passes its own subclass:
+
+    class Principal(EmulatedApp):
+        endpoints = {"cni": {"interface": "kubernetes-cni", "role": "provides",
+                             "scope": "container"}}
+        def on_cni_relation_changed(self, ctx):
+            ctx.relation_set(**{"kubeconfig-hash": "abc"})
+
+    ctl.deploy(Principal("kubernetes-worker"), to=[m0])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+from . import model as _model
+from .model import Model, ModelError
+
+
+class HookContext:
+    """What an emulated hook can see and do.  Relation writes are buffered
+    in the hook's context and committed when the hook returns (discarded if
+    it raises), exactly like relation-set from a charm."""
+
+    def __init__(self, controller, unit: str, hook: str, context_id: str, entry: dict):
+        self.controller = controller
+        self.unit = unit
+        self.app = unit.split("/")[0]
+        self.hook = hook
+        self.context_id = context_id
+        self.relation_id = entry.get("relation")
+        self.remote_unit = entry.get("remote_unit")
+        self.remote_app = entry.get("remote_app")
+        self.departing_unit = entry.get("departing")
+        self.endpoint = None
+        self.kind = None
+        if "-relation-" in hook:
+            self.endpoint, self.kind = hook.rsplit("-relation-", 1)
+
+    def __repr__(self):
+        return f"HookContext({self.unit} {self.hook} rel={self.relation_id} remote={self.remote_unit})"
+
+    # -- model access ------------------------------------------------------------
+    def model(self) -> Model:
+        return self.controller.model()
+
+    @property
+    def executor(self):
+        return self.controller.executor_for(self.unit)
+
+    def run(self, argv, check=True, **kwargs):
+        """Run a command on the unit's machine."""
+        ex = self.executor
+        if ex is None:
+            raise ModelError(f"unit {self.unit} is on no machine")
+        cp = ex.run(argv, **kwargs)
+        if check and cp.returncode != 0:
+            raise RuntimeError(f"{argv} failed ({cp.returncode}): "
+                               f"{(cp.stderr or b'').decode('utf-8', 'replace')[-2000:]}")
+        return cp
+
+    def is_leader(self) -> bool:
+        return self.model().app(self.app).get("leader") == self.unit
+
+    def config(self) -> dict:
+        return self.model().config(self.app)
+
+    def address(self) -> str | None:
+        return self.model().unit_address(self.unit)
+
+    def log(self, message: str, level: str = "INFO") -> None:
+        path = self.model().unit(self.unit).get("log-file")
+        if path:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {level} "
+                        f"unit.{self.unit}.juju-log {message}\n")
+
+    def status_set(self, status: str, message: str = "") -> None:
+        if status not in _model.WORKLOAD_SETTABLE:
+            raise ModelError(f'invalid status "{status}"')
+        with self.controller.state.transaction() as data:
+            Model(data).unit(self.unit)["workload"] = {
+                "status": status, "message": message, "set-by-charm": True,
+                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    def application_version_set(self, version: str) -> None:
+        with self.controller.state.transaction() as data:
+            data["contexts"][self.context_id]["app-version"] = version
+
+    # -- relations -------------------------------------------------------------------
+    def _rid(self, rid) -> int:
+        if rid is None:
+            if self.relation_id is None:
+                raise ModelError("no relation id specified")
+            return int(self.relation_id)
+        return _model.parse_relation_id(str(rid))
+
+    def relation_ids(self, endpoint: str | None = None) -> list[int]:
+        m = self.model()
+        return [r["id"] for r in m.unit_relations(self.unit, endpoint or self.endpoint)]
+
+    def relation_units(self, rid=None) -> list[str]:
+        m = self.model()
+        return m.members(m.relation(self._rid(rid)), self.unit)
+
+    def relation_get(self, unit: str | None = None, rid=None, app: str | None = None) -> dict:
+        """A unit's databag (default: the remote unit of this hook), or an
+        application's with app=NAME; own data includes this hook's writes."""
+        m = self.model()
+        rel = m.relation(self._rid(rid))
+        pending = m.data["contexts"].get(self.context_id, {}).get("writes", {}).get(
+            str(rel["id"]), {"unit": {}, "app": {}})
+        if app is not None:
+            data = dict(rel["app-data"].get(app, {}))
+            if app == self.app:
+                _merge(data, pending.get("app", {}))
+            return data
+        unit = unit or self.remote_unit
+        if unit is None:
+            raise ModelError("no unit specified")
+        data = dict(rel["unit-data"].get(unit, {}))
+        if unit == self.unit:
+            _merge(data, pending.get("unit", {}))
+        return data
+
+    def relation_set(self, rid=None, app: bool = False, values: dict | None = None, **kw) -> None:
+        changes = dict(values or {})
+        changes.update(kw)
+        rid = self._rid(rid)
+        with self.controller.state.transaction() as data:
+            m = Model(data)
+            rel = m.relation(rid)
+            if not m.participates(rel, self.unit):
+                raise ModelError(f"unit {self.unit} is not in relation {rid}")
+            if app and m.app(self.app).get("leader") != self.unit:
+                raise ModelError("cannot write relation settings: not the leader")
+            bag = data["contexts"][self.context_id].setdefault("writes", {}).setdefault(
+                str(rid), {"unit": {}, "app": {}})["app" if app else "unit"]
+            for k, v in changes.items():
+                bag[k] = None if v is None or v == "" else str(v)
+
+
+def _merge(data: dict, changes: dict) -> None:
+    for k, v in changes.items():
+        if v is None:
+            data.pop(k, None)
+        else:
+            data[k] = v
+
+
+class EmulatedApp:
+    """Base class: dispatch to on_<hook> methods, record events."""
+
+    endpoints: dict = {}
+    subordinate = False
+    charm_name = None
+    version = ""
+    address = None
+    config_defaults: dict = {}
+
+    def __init__(self, name: str | None = None):
+        if name is not None:
+            self.name = name
+        elif not getattr(self, "name", None):
+            self.name = type(self).__name__.lower()
+        if self.charm_name is None:
+            self.charm_name = self.name
+        self.events: list[tuple[str, str, str | None]] = []
+        self.controller = None
+
+    def attach(self, controller) -> None:
+        self.controller = controller
+
+    def dispatch(self, ctx: HookContext) -> None:
+        self.events.append((ctx.unit, ctx.hook, ctx.remote_unit))
+        method = getattr(self, "on_" + ctx.hook.replace("-", "_"), None)
+        if method is None and ctx.kind is not None:
+            method = getattr(self, f"on_relation_{ctx.kind}", None)
+        if method is not None:
+            method(ctx)
+
+    def fire(self, hook: str = "config-changed") -> None:
+        """Queue a non-relation hook on every unit (e.g. after changing what
+        the app publishes); run it with controller.settle()."""
+        for u in self.controller.units(self.name):
+            self.controller.fire(u, hook)
+
+
+class EtcdApp(EmulatedApp):
+    """The etcd charm's `db` endpoint (interface etcd, provides): publishes
+    connection_string, version, client_ca, client_cert, client_key on its
+    unit databag in every db relation, as the etcd charm does."""
+
+    charm_name = "etcd"
+    endpoints = {"db": {"interface": "etcd", "role": "provides", "scope": "global"}}
+
+    def __init__(self, connection_string: str = "", *, version: str = "", client_ca: str = "",
+                 client_cert: str = "", client_key: str = "", name: str = "etcd",
+                 address: str | None = None):
+        super().__init__(name)
+        self.connection_string = connection_string
+        self.etcd_version = version
+        self.version = version
+        self.client_ca = client_ca
+        self.client_cert = client_cert
+        self.client_key = client_key
+        self.address = address
+        self.publish_tls = True
+
+    @classmethod
+    def from_server(cls, server, *, name: str = "etcd", client_cert=None, client_key=None):
+        """From a running sandbox.etcd.EtcdServer (its endpoint, version and
+        PKI); client_cert/client_key override the PKI's client pair."""
+        pki = server.pki
+
+        def text(p):
+            with open(p, encoding="utf-8") as f:
+                return f.read()
+
+        return cls(server.endpoint, version=server.version, client_ca=text(pki.ca_cert),
+                   client_cert=text(client_cert or pki.client_cert),
+                   client_key=text(client_key or pki.client_key), name=name,
+                   address=server.host)
+
+    def data(self) -> dict:
+        d = {"connection_string": self.connection_string, "version": self.etcd_version}
+        if self.publish_tls:
+            d.update(client_ca=self.client_ca, client_cert=self.client_cert,
+                     client_key=self.client_key)
+        else:
+            d.update(client_ca="", client_cert="", client_key="")
+        return d
+
+    def update(self, **changes) -> None:
+        """Change what is published (connection_string=..., version=...,
+        client_ca=..., publish_tls=False ...) and queue config-changed on the
+        etcd units, which republishes."""
+        for k, v in changes.items():
+            if k == "version":
+                k = "etcd_version"
+            if not hasattr(self, k):
+                raise AttributeError(k)
+            setattr(self, k, v)
+        self.fire("config-changed")
+
+    def _publish_all(self, ctx):
+        for rid in ctx.relation_ids("db"):
+            ctx.relation_set(rid=rid, **self.data())
+
+    def on_install(self, ctx):
+        ctx.status_set("maintenance", "Installing etcd.")
+
+    def on_start(self, ctx):
+        ctx.status_set("active", "Healthy with 1 known peer")
+        if self.etcd_version:
+            ctx.application_version_set(self.etcd_version)
+
+    def on_config_changed(self, ctx):
+        self._publish_all(ctx)
+
+    def on_db_relation_joined(self, ctx):
+        ctx.relation_set(**self.data())
+
+    def on_db_relation_changed(self, ctx):
+        ctx.relation_set(**self.data())
+
+
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+
+
+class KubernetesWorkerApp(EmulatedApp):
+    """kubernetes-worker as far as the CNI is concerned.
+
+    At its own install only (once per unit, never again, like the worker in
+    LP #1866869) it copies Debian's CNI plugins (/usr/lib/cni/{bridge,
+    host-local,loopback,portmap}) into its machine's /opt/cni/bin.  On its
+    `cni` endpoint (interface kubernetes-cni, container scope) it publishes
+    kubeconfig-hash (plus `extra_data`), and reads the subordinate's `cidr`
+    and `cni-conf-file`: cni_configured(unit) is true once both are there."""
+
+    charm_name = "kubernetes-worker"
+    endpoints = {"cni": {"interface": "kubernetes-cni", "role": "provides", "scope": "container"}}
+    kubeconfig_text = ("apiVersion: v1\nkind: Config\nclusters:\n- name: juju-cluster\n"
+                       "  cluster: {server: 'https://10.152.183.1:443'}\n")
+
+    def __init__(self, name: str = "kubernetes-worker", *, plugin_dir: str = "/usr/lib/cni",
+                 plugins=CNI_PLUGINS, extra_data: dict | None = None):
+        super().__init__(name)
+        self.plugin_dir = plugin_dir
+        self.plugins = tuple(plugins)
+        self.extra_data = dict(extra_data or {})
+        self.installed_plugins: dict[str, list[str]] = {}
+        self.cni_data: dict[str, dict] = {}   # unit -> subordinate's latest cni data
+
+    def published(self) -> dict:
+        d = {"kubeconfig-hash": hashlib.sha256(self.kubeconfig_text.encode()).hexdigest()}
+        d.update(self.extra_data)
+        return d
+
+    def cni_configured(self, unit: str | None = None) -> bool:
+        units = [unit] if unit else list(self.cni_data)
+        return bool(units) and all(
+            self.cni_data.get(u, {}).get("cidr") and self.cni_data.get(u, {}).get("cni-conf-file")
+            for u in units)
+
+    def on_install(self, ctx):
+        ctx.status_set("maintenance", "Installing CNI plugins.")
+        if ctx.unit in self.installed_plugins:
+            return  # "once, never again"
+        srcs = [os.path.join(self.plugin_dir, p) for p in self.plugins]
+        dest = ctx.executor.machine_path("/opt/cni/bin")
+        ctx.run(["/bin/sh", "-c", 'set -e; d=$1; shift; mkdir -p "$d"; for f in "$@"; do '
+                 'cp -f "$f" "$d/"; chmod 0755 "$d/${f##*/}"; done',
+                 "sh", dest, *srcs])
+        self.installed_plugins[ctx.unit] = list(self.plugins)
+
+    def on_start(self, ctx):
+        self._assess(ctx)
+
+    def on_cni_relation_joined(self, ctx):
+        ctx.relation_set(**self.published())
+
+    def on_cni_relation_created(self, ctx):
+        ctx.relation_set(**self.published())
+
+    def on_cni_relation_changed(self, ctx):
+        if ctx.remote_unit:
+            data = ctx.relation_get(ctx.remote_unit)
+            self.cni_data[ctx.unit] = {k: data.get(k) for k in ("cidr", "cni-conf-file")}
+        self._assess(ctx)
+
+    def on_cni_relation_departed(self, ctx):
+        self.cni_data.pop(ctx.unit, None)
+
+    def on_cni_relation_broken(self, ctx):
+        self.cni_data.pop(ctx.unit, None)
+        self._assess(ctx)
+
+    def _assess(self, ctx):
+        if self.cni_configured(ctx.unit):
+            ctx.status_set("active", "Kubernetes worker running.")
+        else:
+            ctx.status_set("waiting", "Waiting for cni to be configured.")
+
+
+class KubernetesControlPlaneApp(KubernetesWorkerApp):
+    """kubernetes-control-plane: same cni behaviour, also publishes
+    service-cidr."""
+
+    charm_name = "kubernetes-control-plane"
+
+    def __init__(self, name: str = "kubernetes-control-plane", *, service_cidr="10.152.183.0/24",
+                 **kw):
+        extra = dict(kw.pop("extra_data", {}) or {})
+        extra.setdefault("service-cidr", service_cidr)
+        super().__init__(name, extra_data=extra, **kw)
+
+    def _assess(self, ctx):
+        if self.cni_configured(ctx.unit):
+            ctx.status_set("active", "Kubernetes control-plane running.")
+        else:
+            ctx.status_set("waiting", "Waiting for cni to be configured.")
