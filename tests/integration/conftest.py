@@ -125,8 +125,8 @@ class Preflight:
     skip_reason: str | None
 
 
-def _configured_controller(requested: str | None) -> tuple[str | None, str]:
-    """(controller name, "") or (None, why there is none)."""
+def _configured_controller(requested: str | None):
+    """(name, "", api endpoints) or (None, why there is none, [])."""
     from juju.client.jujudata import FileJujuData
 
     data = FileJujuData()
@@ -136,23 +136,23 @@ def _configured_controller(requested: str | None) -> tuple[str | None, str]:
     except FileNotFoundError:
         return None, (
             f"no Juju controller configured: {data.path}/controllers.yaml "
-            "does not exist (bootstrap one with `juju bootstrap`)")
+            "does not exist (bootstrap one with `juju bootstrap`)"), []
     except Exception as exc:  # a broken file is no controller either
         return None, (
             f"no Juju controller configured: cannot read "
-            f"{data.path}/controllers.yaml: {type(exc).__name__}: {exc}")
+            f"{data.path}/controllers.yaml: {type(exc).__name__}: {exc}"), []
     name = requested or os.environ.get("JUJU_CONTROLLER") or current
     if not name:
         return None, (
             f"no Juju controller configured: {data.path}/controllers.yaml "
             "names no current controller (`juju switch NAME` or "
-            "--controller NAME)")
+            "--controller NAME)"), []
     if name not in known:
         return None, (
             f"no Juju controller configured: {name!r} is not in "
             f"{data.path}/controllers.yaml (known: "
-            f"{', '.join(sorted(known)) or 'none'})")
-    return name, ""
+            f"{', '.join(sorted(known)) or 'none'})"), []
+    return name, "", list(known[name].get("api-endpoints") or [])
 
 
 async def _connect(name: str) -> None:
@@ -166,6 +166,27 @@ async def _connect(name: str) -> None:
         await controller.disconnect()
 
 
+def _run_private(coro, timeout: float):
+    """Run coro on a loop of its own, within timeout, and clean up after.
+
+    asyncio.run() would reset the thread's event loop, which the module
+    loop of pytest-asyncio relies on; and a cancelled connection attempt
+    still needs its loop to close its transport.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+    finally:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=5))
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
 def probe_controller(requested: str | None, timeout: float) -> Preflight:
     """Decide whether the integration tests can run here, and why not."""
     if _IMPORT_PROBLEM:
@@ -175,24 +196,20 @@ def probe_controller(requested: str | None, timeout: float) -> Preflight:
     if shutil.which("juju") is None:
         return Preflight(None, "no Juju controller reachable: the juju CLI "
                                "is not on PATH (snap install juju)")
-    name, why = _configured_controller(requested)
+    name, why, endpoints = _configured_controller(requested)
     if name is None:
         return Preflight(None, why)
-    # A private loop: asyncio.run() would reset the thread's event loop,
-    # which pytest-asyncio's module loop relies on.
-    loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(asyncio.wait_for(_connect(name), timeout))
+        _run_private(_connect(name), timeout)
     except asyncio.TimeoutError:
         return Preflight(None, f"Juju controller {name!r} not reachable: no "
-                               f"answer within {timeout:g}s")
+                               f"answer within {timeout:g}s from "
+                               f"{', '.join(endpoints) or 'no endpoint'}")
     except Exception as exc:
         detail = str(exc).strip().splitlines()
         return Preflight(None, f"Juju controller {name!r} not reachable: "
                                f"{type(exc).__name__}: "
                                f"{detail[0] if detail else ''}")
-    finally:
-        loop.close()
     return Preflight(name, None)
 
 
