@@ -146,7 +146,8 @@ def find_systemctl3() -> str:
     """docker-systemctl-replacement's systemctl3 from the current venv, the
     project's cache venv, /tmp/venv, or PATH."""
     candidates = [Path(sys.prefix) / "bin" / "systemctl3",
-                  Path(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm")) / "venv/bin/systemctl3",
+                  Path(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"))
+                  / "venv/bin/systemctl3",
                   Path("/tmp/venv/bin/systemctl3")]
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):

@@ -247,7 +247,8 @@ def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sandbox.resource", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sandbox.resource",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--arch", default=host_arch(), choices=ARCHES + ("all",))
     parser.add_argument("--out", default=".",
                         help="directory for flannel-<arch>.tar.gz (default: %(default)s)")

@@ -4,11 +4,8 @@ built CNI plugin and Debian's plugins -- no charm involved."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tarfile
 import time
