@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -80,6 +81,7 @@ from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
 # The trees made private (overlayfs) in every machine.
 OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
                  "/usr/lib/systemd/system")
+START_TIMEOUT = 30.0   # seconds for the holder to set up the mounts
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 OS_RELEASE = """\
@@ -231,7 +233,8 @@ class Machine:
                  sys.executable, "-c", _HOLDER, json.dumps(cfg), f"flsb-holder:{self.netns}"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 cwd="/", start_new_session=True)
-            line = self.holder.stdout.readline().decode().strip()
+            ready, _, _ = select.select([self.holder.stdout], [], [], START_TIMEOUT)
+            line = self.holder.stdout.readline().decode().strip() if ready else "(timeout)"
             if line != "ready":
                 err = self.holder.stderr.read().decode() if self.holder.poll() is not None else ""
                 raise MachineError(f"machine {self.name}: holder failed: {line} {err}".strip())

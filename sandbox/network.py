@@ -77,7 +77,8 @@ def run(argv, check=True, input=None, timeout=60, env=None,
     text=False); raises CommandFailed."""
     if text is None:
         text = not isinstance(input, (bytes, bytearray))
-    proc = subprocess.run(argv, input=input, capture_output=True, text=text,
+    stdin = subprocess.DEVNULL if input is None else None
+    proc = subprocess.run(argv, input=input, stdin=stdin, capture_output=True, text=text,
                           timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise CommandFailed(proc.returncode, argv, proc.stdout, proc.stderr)
