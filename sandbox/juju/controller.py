@@ -482,12 +482,14 @@ class Controller:
                                           and e.get("remote_unit") == unit
                                           and e.get("hook", "").endswith(("-relation-joined",
                                                                            "-relation-changed")))]
-                    if unit in rel["members"].get(w, []):
+                    if unit in rel["members"].get(w, []) and \
+                            not self._departure_queued(w, rel["id"], unit):
                         self._enqueue(self._hook_entry(m, w, rel, "departed", remote=unit,
                                                        departing=unit))
                 for x in m.members(rel, unit):
-                    self._enqueue(self._hook_entry(m, unit, rel, "departed", remote=x,
-                                                   departing=unit))
+                    if not self._departure_queued(unit, rel["id"], x):
+                        self._enqueue(self._hook_entry(m, unit, rel, "departed", remote=x,
+                                                       departing=unit))
                 if unit in rel["created"]:
                     self._enqueue(self._hook_entry(m, unit, rel, "broken"))
                 else:
@@ -496,6 +498,11 @@ class Controller:
                 self._enqueue({"unit": unit, "op": "hook", "hook": "stop"})
                 self._enqueue({"unit": unit, "op": "hook", "hook": "remove"})
             self._enqueue({"unit": unit, "op": "destroy"})
+
+    def _departure_queued(self, unit, rid, remote) -> bool:
+        return any(e["unit"] == unit and e.get("relation") == rid and
+                   e.get("remote_unit") == remote and
+                   e.get("hook", "").endswith("-relation-departed") for e in self.queue)
 
     def resolve(self, unit: str, retry: bool = True) -> None:
         """`juju resolve`: clear the error; rerun the failed hook (retry) or
@@ -610,6 +617,48 @@ class Controller:
                 continue
             for h in hooks:
                 self._enqueue({"unit": u, "op": "hook", "hook": h})
+
+    # ======================================================================
+    # juju exec
+    # ======================================================================
+    def exec(self, unit: str, argv, *, relation=None, remote_unit=None, input=None,
+             timeout=None):
+        """`juju exec --unit UNIT -- argv`: run a command in the unit's hook
+        context (hook tools on PATH, CHARM_DIR as cwd; with relation=ID the
+        relation variables of that relation, JUJU_REMOTE_UNIT=remote_unit).
+        Relation settings it writes are committed if it exits 0.  Returns the
+        CompletedProcess (bytes)."""
+        context_id = f"{unit}-run-commands-{uuid.uuid4().int % 10**18}"
+        with self.state.transaction() as data:
+            m = Model(data)
+            rec = m.unit(unit)
+            if m.app(rec["app"])["kind"] != "charm":
+                raise ModelError(f"{unit} is an emulated unit: nothing to exec")
+            rel_env = {}
+            rid = None
+            if relation is not None:
+                rid = _model.parse_relation_id(str(relation))
+                rel = m.relation(rid)
+                ep = m.local_endpoint(rel, rec["app"])["name"]
+                rel_env = {"JUJU_RELATION": ep, "JUJU_RELATION_ID": f"{ep}:{rid}",
+                           "JUJU_REMOTE_UNIT": remote_unit or "",
+                           "JUJU_REMOTE_APP": m.remote_endpoint(rel, rec["app"])["app"]}
+            data["contexts"][context_id] = {
+                "unit": unit, "hook": None, "relation-id": rid, "remote-unit": remote_unit,
+                "remote-app": rel_env.get("JUJU_REMOTE_APP"), "writes": {},
+                "app-version": None, "ports": {"open": [], "close": []}}
+            model_info = {"model": dict(data["model"])}
+        env = self.agent.hook_env(model_info, rec, "", context_id, rel_env)
+        env.pop("JUJU_HOOK_NAME", None)
+        try:
+            cp = self.executor_for(unit).run(list(argv), env=env, cwd=rec["charm-dir"],
+                                             input=input, timeout=timeout)
+        finally:
+            with self.state.transaction() as data:
+                ctx = data["contexts"].pop(context_id, None)
+                if "cp" in locals() and cp.returncode == 0:
+                    self._commit(Model(data), unit, ctx)
+        return cp
 
     # ======================================================================
     # the queue

@@ -1,0 +1,267 @@
+"""Hook order of the emulated Juju for a subordinate's life cycle and for
+principal, config, upgrade and resource operations."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox.juju import ModelError
+
+SUB_SETUP = ["install", "etcd-relation-created", "cni-relation-created", "leader-elected",
+             "config-changed", "start", "etcd-relation-joined", "etcd-relation-changed",
+             "cni-relation-joined", "cni-relation-changed"]
+SUB_TEARDOWN = ["cni-relation-departed", "cni-relation-broken", "etcd-relation-departed",
+                "etcd-relation-broken", "stop", "remove"]
+
+
+def test_principals_set_up_before_the_subordinate_exists(cluster):
+    ctl = cluster.ctl
+    assert ctl.hooks("etcd/0") == ["install", "db-relation-created", "leader-elected",
+                                   "config-changed", "start"]
+    assert ctl.hooks("kubernetes-worker/0") == ["install", "leader-elected",
+                                                "config-changed", "start"]
+    assert ctl.units("flannel") == []
+    assert ctl.pending() == []
+
+
+def test_add_relation_creates_subordinate_in_juju_order(cluster):
+    ctl = cluster.ctl
+    before = len(ctl.hook_log)
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    assert ctl.units("flannel") == ["flannel/0"]
+    assert ctl.hooks("flannel/0") == SUB_SETUP
+    new = ctl.hook_log[before:]
+    worker = [r.hook for r in new if r.unit == "kubernetes-worker/0"]
+    assert worker == ["cni-relation-created", "cni-relation-joined", "cni-relation-changed"]
+    etcd = [r.hook for r in new if r.unit == "etcd/0"]
+    assert etcd == ["db-relation-joined", "db-relation-changed"]
+    # the principal ran relation-created before the subordinate even existed
+    order = [f"{r.unit}:{r.hook}" for r in new]
+    assert order.index("kubernetes-worker/0:cni-relation-created") < order.index("flannel/0:install")
+    # joined/changed on the principal come only after the subordinate started
+    assert order.index("flannel/0:start") < order.index("kubernetes-worker/0:cni-relation-joined")
+    joined = [r for r in new if r.hook.endswith("-relation-joined")]
+    assert {(r.unit, r.remote_unit) for r in joined} == {
+        ("flannel/0", "etcd/0"), ("flannel/0", "kubernetes-worker/0"),
+        ("kubernetes-worker/0", "flannel/0"), ("etcd/0", "flannel/0")}
+    rel = [r for r in new if r.unit == "flannel/0" and r.hook == "cni-relation-joined"][0]
+    rid = ctl.relation_id("flannel:cni", "kubernetes-worker:cni")
+    assert rel.relation_id == f"cni:{rid}"
+    assert rel.remote_app == "kubernetes-worker"
+    # the unit's files are in its machine
+    assert cluster.host("flannel/0", "charm/metadata.yaml").is_file()
+    assert cluster.host("flannel/0", "charm").parent.name == "unit-flannel-0"
+
+
+def test_remove_relation_tears_the_subordinate_down(cluster):
+    ctl = cluster.ctl
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    agent_dir = cluster.host("flannel/0", "")
+    tools_dir = cluster.host("flannel/0", ctl.unit("flannel/0")["tools-dir"])
+    assert agent_dir.is_dir() and (tools_dir / "relation-get").exists()
+    before = len(ctl.hook_log)
+    ctl.remove_relation("kubernetes-worker:cni", "flannel:cni")
+    ctl.settle()
+    new = ctl.hook_log[before:]
+    assert [r.hook for r in new if r.unit == "flannel/0"] == SUB_TEARDOWN
+    assert [r.hook for r in new if r.unit == "kubernetes-worker/0"] == [
+        "cni-relation-departed", "cni-relation-broken"]
+    assert [r.hook for r in new if r.unit == "etcd/0"] == ["db-relation-departed"]
+    dep = {(r.unit, r.hook): (r.remote_unit, r.departing_unit) for r in new
+           if r.hook.endswith("-departed")}
+    assert dep[("etcd/0", "db-relation-departed")] == ("flannel/0", "flannel/0")
+    assert dep[("flannel/0", "etcd-relation-departed")] == ("etcd/0", "flannel/0")
+    assert dep[("kubernetes-worker/0", "cni-relation-departed")] == ("flannel/0", "flannel/0")
+    assert ctl.units("flannel") == []
+    assert not agent_dir.exists() and not tools_dir.exists()
+    m = ctl.model()
+    assert [r["id"] for r in m.relations()] == [ctl.relation_id("flannel:etcd", "etcd:db")]
+    etcd_rel = m.relation(ctl.relation_id("flannel:etcd", "etcd:db"))
+    assert etcd_rel["scope-units"] == ["etcd/0"]
+    assert etcd_rel["members"].get("etcd/0") == []
+
+
+def test_unit_ids_are_never_reused(cluster):
+    ctl = cluster.ctl
+    seen = []
+    for n in range(3):
+        ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+        ctl.settle()
+        seen += ctl.units("flannel")
+        assert ctl.hooks(f"flannel/{n}") == SUB_SETUP  # each new unit is leader again
+        ctl.remove_relation("flannel:cni", "kubernetes-worker:cni")
+        ctl.settle()
+        assert ctl.hooks(f"flannel/{n}") == SUB_SETUP + SUB_TEARDOWN
+    assert seen == ["flannel/0", "flannel/1", "flannel/2"]
+    # relation ids are never reused either
+    rid = ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    assert rid == 4
+
+
+def test_container_scope_pairs_units_on_the_same_machine(cluster):
+    ctl = cluster.ctl
+    m1 = cluster.add_machine()
+    ctl.add_unit("kubernetes-worker", m1)
+    ctl.settle()
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    assert ctl.units("flannel") == ["flannel/0", "flannel/1"]
+    m = ctl.model()
+    assert m.unit("flannel/0")["principal"] == "kubernetes-worker/0"
+    assert m.unit("flannel/1")["principal"] == "kubernetes-worker/1"
+    assert m.unit("flannel/1")["machine"] == m1
+    cni = m.relation(ctl.relation_id("flannel:cni", "kubernetes-worker:cni"))
+    assert cni["members"]["flannel/0"] == ["kubernetes-worker/0"]
+    assert cni["members"]["flannel/1"] == ["kubernetes-worker/1"]
+    assert cni["members"]["kubernetes-worker/1"] == ["flannel/1"]
+    etcd = m.relation(ctl.relation_id("flannel:etcd", "etcd:db"))
+    assert etcd["members"]["etcd/0"] == ["flannel/0", "flannel/1"]
+    assert ctl.hooks("flannel/1")[3] == "leader-settings-changed"  # not the leader
+    # a new principal unit gets its own subordinate
+    m2 = cluster.add_machine()
+    ctl.add_unit("kubernetes-worker", m2)
+    ctl.settle()
+    assert ctl.units("flannel") == ["flannel/0", "flannel/1", "flannel/2"]
+    assert ctl.model().unit("flannel/2")["principal"] == "kubernetes-worker/2"
+    # removing a principal unit takes its subordinate with it
+    ctl.remove_unit("kubernetes-worker/1")
+    ctl.settle()
+    assert ctl.units("flannel") == ["flannel/0", "flannel/2"]
+    gone = ctl.hooks("flannel/1")[-6:]
+    assert gone[-2:] == ["stop", "remove"]
+    assert sorted(gone[:4]) == sorted(SUB_TEARDOWN[:4])
+    for ep in ("etcd", "cni"):
+        assert gone.index(f"{ep}-relation-departed") < gone.index(f"{ep}-relation-broken")
+    assert ctl.hooks("kubernetes-worker/1")[-4:] == ["cni-relation-departed", "cni-relation-broken",
+                                                     "stop", "remove"]
+
+
+def test_leader_removed_elects_another(cluster):
+    ctl = cluster.ctl
+    m1 = cluster.add_machine()
+    ctl.add_unit("kubernetes-worker", m1)
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    m = ctl.model()
+    leader = m.app("flannel")["leader"]
+    other = [u for u in m.units_of("flannel") if u != leader][0]
+    assert ctl.hooks(leader)[3] == "leader-elected"
+    assert ctl.hooks(other)[3] == "leader-settings-changed"
+    ctl.remove_unit(m.unit(leader)["principal"])
+    ctl.settle()
+    assert ctl.model().app("flannel")["leader"] == other
+    assert ctl.hooks(other)[-1] == "leader-elected"
+    # the departure hooks ran once each
+    assert ctl.hooks("kubernetes-worker/0").count("cni-relation-departed") <= 1
+
+
+def test_principal_charm_deploy_order(world):
+    ctl = world.ctl
+    charm = world.charm("principal", principal=True)
+    m0, m1 = world.add_machine(), world.add_machine()
+    ctl.deploy("principal", charm, to=[m0, m1])
+    ctl.settle()
+    assert ctl.hooks("principal/0") == ["install", "leader-elected", "config-changed", "start"]
+    assert ctl.hooks("principal/1") == ["install", "leader-settings-changed", "config-changed",
+                                        "start"]
+
+
+def test_subordinate_with_charm_principal(world):
+    """Both sides real (throwaway) charms, relation added before anything ran."""
+    ctl = world.ctl
+    m0 = world.add_machine()
+    ctl.deploy("principal", world.charm("principal", principal=True), to=[m0])
+    ctl.deploy("sub", world.charm("sub"))
+    ctl.add_relation("sub:cni", "principal:cni")
+    ctl.settle()
+    assert ctl.hooks("principal/0") == ["install", "cni-relation-created", "leader-elected",
+                                        "config-changed", "start", "cni-relation-joined",
+                                        "cni-relation-changed"]
+    assert ctl.hooks("sub/0") == ["install", "cni-relation-created", "leader-elected",
+                                  "config-changed", "start", "cni-relation-joined",
+                                  "cni-relation-changed"]
+
+
+def test_config_upgrade_and_resource_hooks(cluster):
+    ctl = cluster.ctl
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    n = len(ctl.hooks("flannel/0"))
+    ctl.config("flannel", cidr="10.2.0.0/16", subnet_len=26)
+    ctl.settle()
+    assert ctl.hooks("flannel/0")[n:] == ["config-changed"]
+    assert ctl.config_of("flannel")["subnet-len"] == 26
+    ctl.config("flannel", cidr="10.2.0.0/16")  # unchanged: no hook
+    ctl.settle()
+    assert ctl.hooks("flannel/0")[n:] == ["config-changed"]
+    with pytest.raises(ModelError):
+        ctl.config("flannel", nope=1)
+    with pytest.raises(ModelError):
+        ctl.config("flannel", subnet_len="big")
+    ctl.config("flannel", cidr=None)  # back to the default
+    ctl.settle()
+    assert ctl.config_of("flannel")["cidr"] == "10.1.0.0/16"
+
+    new_charm = cluster.charm("flannel-v2", extra_files={"NEW": "2\n"})
+    ctl.upgrade_charm("flannel", new_charm)
+    ctl.settle()
+    assert ctl.hooks("flannel/0")[-2:] == ["upgrade-charm", "config-changed"]
+    assert cluster.host("flannel/0", "charm/NEW").read_text() == "2\n"
+    assert ctl.model().app("flannel")["charm-revision"] == 1
+
+    res = cluster.tmp / "r.tar.gz"
+    res.write_bytes(b"tarball")
+    before = len(ctl.hooks("flannel/0"))
+    ctl.attach_resource("flannel", "flannel-amd64", res)
+    ctl.settle()
+    assert ctl.hooks("flannel/0")[before:] == ["upgrade-charm", "config-changed"]
+    ctl.update_status()
+    ctl.settle()
+    assert ctl.hooks("flannel/0")[-1] == "update-status"
+    assert ctl.hooks("etcd/0")[-1] == "update-status"
+
+
+def test_upgrade_replaces_charm_files_but_keeps_unit_files(cluster):
+    ctl = cluster.ctl
+    cluster.script("install", 'echo state > "$CHARM_DIR/.unit-state.db"\n')
+    v1 = cluster.charm("v1", extra_files={"OLD": "1"})
+    ctl.upgrade_charm("flannel", v1)
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    assert cluster.host("flannel/0", "charm/OLD").exists()
+    ctl.upgrade_charm("flannel", cluster.charm("v2"))
+    ctl.settle()
+    assert not cluster.host("flannel/0", "charm/OLD").exists()
+    assert cluster.host("flannel/0", "charm/.unit-state.db").read_text() == "state\n"
+
+
+def test_missing_hooks_are_skipped(world):
+    ctl = world.ctl
+    m0 = world.add_machine()
+    charm = world.charm("principal", principal=True)
+    (charm / "hooks" / "install").unlink()
+    ctl.deploy("principal", charm, to=[m0])
+    ctl.settle()
+    runs = [r for r in ctl.hook_log if r.unit == "principal/0"]
+    assert runs[0].hook == "install" and runs[0].skipped and runs[0].exit_code is None
+    assert ctl.hooks("principal/0", include_skipped=False) == ["leader-elected",
+                                                               "config-changed", "start"]
+    assert ctl.unit("principal/0")["agent"]["status"] == "idle"
+    assert 'skipped "install" hook (missing)' in ctl.unit_log("principal/0")
+
+
+def test_dispatch_script_is_preferred(world):
+    ctl = world.ctl
+    m0 = world.add_machine()
+    charm = world.charm("principal", principal=True)
+    out = world.out / "dispatch"
+    (charm / "dispatch").write_text(f'#!/bin/sh\necho "$JUJU_DISPATCH_PATH $0" >> {out}\n')
+    (charm / "dispatch").chmod(0o755)
+    ctl.deploy("principal", charm, to=[m0])
+    ctl.settle()
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("hooks/install ") and lines[0].endswith("/charm/dispatch")
+    assert [x.split()[0] for x in lines] == ["hooks/install", "hooks/leader-elected",
+                                             "hooks/config-changed", "hooks/start"]
