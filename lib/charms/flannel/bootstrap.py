@@ -1,0 +1,348 @@
+"""Install the charm's Python dependencies on the unit, then run the hook.
+
+STANDARD LIBRARY ONLY: this module runs at the start of every hook, before any
+of the charm's dependencies exist, under the machine's own python3.
+
+Every hook (hooks/hook.template) calls :func:`run_hook`, which:
+
+1. computes a key from the wheelhouse the charm ships (``wheelhouse.txt`` and
+   every file in ``wheelhouse/``, by content) and the Python version;
+2. if the unit's venv (``$CHARM_DIR/../.venv``, in the unit's agent dir, so
+   it survives upgrade-charm and goes away with the unit) carries that key,
+   goes straight on: one listdir, a hash and a stat, no pip;
+3. otherwise (first hook, upgrade-charm with a different wheelhouse, a series
+   upgrade that changed python3) recreates the venv and installs the
+   wheelhouse into it OFFLINE (``pip install --no-index --find-links
+   wheelhouse``), building the sdists charm-build put there. If this python3
+   cannot create venvs (no ensurepip: Debian/Ubuntu ship it in python3-venv),
+   it apt-get installs what is missing first. pip's output goes to
+   ``$CHARM_DIR/../flannel-bootstrap.log``, never to the hook's output;
+4. re-executes the hook with the venv's python, where it hands over to
+   ``charms.reactive.main()`` (with ``lib/`` on sys.path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+#: Bump to force every unit to reinstall when the install procedure changes.
+FORMAT = "1"
+VENV_DIRNAME = ".venv"
+STAMP_NAME = ".flannel-wheelhouse-key"
+LOG_NAME = "flannel-bootstrap.log"
+LOCK_NAME = ".flannel-bootstrap.lock"
+#: Set in the environment of the re-executed hook (value: the venv path).
+REEXEC_ENV = "FLANNEL_BOOTSTRAP_VENV"
+
+#: Build backends installed first, each built from its own sdist in the
+#: wheelhouse (they bootstrap themselves, so pip's build isolation works
+#: offline). Everything else is then built with --no-build-isolation against
+#: them, so no build dependency (Cython, say) ever has to come from anywhere.
+BUILD_BACKENDS = ("setuptools", "wheel", "flit_core", "pbr")
+
+#: What to apt-get install when the base python lacks a module. Only acted on
+#: when python3 cannot create a venv at all (no ensurepip / venv).
+APT_PACKAGES = {
+    "ensurepip": "python3-venv",
+    "venv": "python3-venv",
+    "pip": "python3-pip",
+    "setuptools": "python3-setuptools",
+    "wheel": "python3-wheel",
+}
+
+#: Lines of a failing command's output quoted in the exception.
+TAIL_LINES = 25
+
+
+class BootstrapError(RuntimeError):
+    """The charm's dependencies could not be installed; the message says why."""
+
+
+class Layout:
+    """Where everything the bootstrap touches lives, for one charm dir."""
+
+    def __init__(self, charm_dir: str, venv_dir: str | None = None):
+        self.charm_dir = os.path.abspath(charm_dir)
+        self.agent_dir = os.path.dirname(self.charm_dir)
+        self.venv = os.path.abspath(venv_dir or os.path.join(self.agent_dir, VENV_DIRNAME))
+        state_dir = os.path.dirname(self.venv)
+        self.log = os.path.join(state_dir, LOG_NAME)
+        self.lock = os.path.join(state_dir, LOCK_NAME)
+        self.stamp = os.path.join(self.venv, STAMP_NAME)
+        self.python = os.path.join(self.venv, "bin", "python3")
+        self.lib = os.path.join(self.charm_dir, "lib")
+        self.wheelhouse = os.path.join(self.charm_dir, "wheelhouse")
+        self.requirements = os.path.join(self.charm_dir, "wheelhouse.txt")
+
+
+def _python_tag(version_info=None) -> str:
+    v = version_info or sys.version_info
+    return "{}-{}.{}".format(sys.implementation.name, v[0], v[1])
+
+
+def wheelhouse_key(layout: Layout) -> str:
+    """sha256 over the install format, the Python version and the wheelhouse."""
+    digest = hashlib.sha256()
+    digest.update("format={}\npython={}\n".format(FORMAT, _python_tag()).encode())
+    try:
+        with open(layout.requirements, "rb") as f:
+            digest.update(f.read())
+    except FileNotFoundError:
+        pass
+    try:
+        names = sorted(os.listdir(layout.wheelhouse))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        digest.update(b"\0" + name.encode() + b"\0")
+        with open(os.path.join(layout.wheelhouse, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def is_installed(layout: Layout, key: str) -> bool:
+    """Whether the venv exists and was completed for exactly this key."""
+    try:
+        with open(layout.stamp) as f:
+            stamp = f.read().strip()
+    except OSError:
+        return False
+    return stamp == key and os.access(layout.python, os.X_OK)
+
+
+def missing_modules(names=("ensurepip", "venv")) -> list[str]:
+    """The modules of ``names`` this interpreter cannot import."""
+    importlib.invalidate_caches()
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
+def _clean_env(extra: dict | None = None) -> dict:
+    """The environment for pip and apt: no inherited pip or Python settings.
+
+    A PIP_FIND_LINKS, PIP_INDEX_URL, pip.conf or PYTHONPATH of the machine
+    must not change what gets installed (or let it reach the network).
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PIP_")
+        and k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "VIRTUAL_ENV", REEXEC_ENV)
+    }
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INPUT="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PYTHONNOUSERSITE="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+def _tail(path: str, start: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-TAIL_LINES:])
+
+
+def _run(cmd: list[str], log, env: dict | None = None, what: str | None = None) -> None:
+    """Run ``cmd`` with its output appended to the log; raise on failure."""
+    log.write("\n$ {}\n".format(" ".join(cmd)))
+    log.flush()
+    start = log.tell()
+    try:
+        rc = subprocess.call(
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env if env is not None else _clean_env(),
+        )
+    except OSError as e:
+        raise BootstrapError(
+            "{} failed: cannot run {}: {}".format(what or cmd[0], cmd[0], e)) from e
+    log.flush()
+    if rc != 0:
+        raise BootstrapError(
+            "{} failed (exit code {}); full output in {}; last lines:\n{}".format(
+                what or " ".join(cmd), rc, log.name, _tail(log.name, start)))
+
+
+def _hook_tool(*args: str) -> None:
+    """Best effort: tell Juju (status-set, juju-log) what is going on."""
+    if shutil.which(args[0]):
+        subprocess.call(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
+
+
+def apt_install(packages: list[str], log) -> None:
+    """apt-get install ``packages``, running apt-get update once if needed."""
+    if not shutil.which("apt-get"):
+        raise BootstrapError(
+            "python3 here cannot create a venv (missing: {}) and there is no apt-get "
+            "to install {}".format(", ".join(packages), " ".join(packages)))
+    env = _clean_env({"DEBIAN_FRONTEND": "noninteractive"})
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends"] + list(packages)
+    try:
+        _run(cmd, log, env, "apt-get install {}".format(" ".join(packages)))
+    except BootstrapError:
+        _run(["apt-get", "update"], log, env, "apt-get update")
+        _run(cmd, log, env, "apt-get install {}".format(" ".join(packages)))
+
+
+def ensure_venv_support(log) -> list[str]:
+    """Make sure this python3 can create a venv with pip; return apt packages installed.
+
+    Nothing is installed unless ``ensurepip`` or ``venv`` is missing (Debian
+    and Ubuntu ship ensurepip in python3-venv). Then, since apt runs anyway,
+    the system pip, setuptools and wheel come along if they are missing too.
+    """
+    if not missing_modules(("ensurepip", "venv")):
+        return []
+    missing = missing_modules(tuple(APT_PACKAGES))
+    packages = sorted({APT_PACKAGES[m] for m in missing})
+    log.write("python3 lacks {}; installing {}\n".format(", ".join(missing), " ".join(packages)))
+    apt_install(packages, log)
+    still = missing_modules(("ensurepip", "venv"))
+    if still:
+        raise BootstrapError(
+            "python3 still cannot create a venv after installing {} (missing: {})".format(
+                " ".join(packages), ", ".join(still)))
+    return packages
+
+
+def _wheelhouse_has(layout: Layout, project: str) -> bool:
+    """Whether the wheelhouse has a distribution of ``project`` (any version)."""
+    want = project.lower().replace("-", "_").replace(".", "_")
+    for name in os.listdir(layout.wheelhouse):
+        dist = name.split("-", 1)[0].lower().replace("-", "_").replace(".", "_")
+        if dist == want:
+            return True
+    return False
+
+
+def install(layout: Layout, key: str, log) -> None:
+    """(Re)create the venv and install the wheelhouse into it, offline."""
+    if not os.path.isdir(layout.wheelhouse) or not os.path.isfile(layout.requirements):
+        raise BootstrapError(
+            "{} has no wheelhouse/ or wheelhouse.txt: build the charm with "
+            "scripts/build-charm (charm-build)".format(layout.charm_dir))
+    ensure_venv_support(log)
+    shutil.rmtree(layout.venv, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", layout.venv], log, what="creating the venv")
+    if not os.access(layout.python, os.X_OK):
+        raise BootstrapError("creating the venv left no {}".format(layout.python))
+    pip = [layout.python, "-m", "pip", "install", "--no-index", "--find-links",
+           layout.wheelhouse, "--progress-bar", "off"]
+    # A private pip cache for this install only: the build backends' isolated
+    # builds then reuse the setuptools wheel built once, and nothing is left
+    # in root's ~/.cache.
+    cache = tempfile.mkdtemp(prefix=".flannel-pip-cache.", dir=os.path.dirname(layout.venv))
+    env = _clean_env({"PIP_CACHE_DIR": cache})
+    try:
+        backends = [b for b in BUILD_BACKENDS if _wheelhouse_has(layout, b)]
+        if backends:
+            _run(pip + backends, log, env,
+                 "installing the build backends ({})".format(" ".join(backends)))
+        _run(pip + ["--no-build-isolation", "-r", layout.requirements], log, env,
+             "installing the wheelhouse")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    _run([layout.python, "-c",
+          "import importlib.util, sys; "
+          "sys.exit(0 if importlib.util.find_spec('charms.reactive') else 1)"],
+         log, what="checking for charms.reactive in the venv")
+    tmp = layout.stamp + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(key + "\n")
+    os.replace(tmp, layout.stamp)
+
+
+@contextlib.contextmanager
+def _locked(path: str):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure(charm_dir: str, venv_dir: str | None = None) -> str:
+    """Make sure the venv holds this charm's wheelhouse; return its python.
+
+    Fast when it already does: one listdir, a hash of the wheelhouse and a
+    stat. Raises :class:`BootstrapError` with the reason (and the tail of the
+    install log) when the install fails.
+    """
+    layout = Layout(charm_dir, venv_dir)
+    key = wheelhouse_key(layout)
+    if is_installed(layout, key):
+        return layout.python
+    os.makedirs(os.path.dirname(layout.venv), exist_ok=True)
+    with _locked(layout.lock):
+        if is_installed(layout, key):  # another process finished it meanwhile
+            return layout.python
+        _hook_tool("status-set", "maintenance", "Installing the charm's Python dependencies")
+        started = time.monotonic()
+        with open(layout.log, "a") as log:
+            log.write("\n==== {} installing wheelhouse {} into {} with {} ({})\n".format(
+                time.strftime("%Y-%m-%dT%H:%M:%S%z"), key[:16], layout.venv,
+                sys.executable, _python_tag()))
+            try:
+                install(layout, key, log)
+            except BootstrapError as e:
+                log.write("FAILED: {}\n".format(str(e).splitlines()[0]))
+                raise
+            elapsed = time.monotonic() - started
+            log.write("==== done in {:.1f}s\n".format(elapsed))
+        _hook_tool("juju-log", "-l", "INFO",
+                   "flannel bootstrap: installed the wheelhouse into {} in {:.1f}s".format(
+                       layout.venv, elapsed))
+    return layout.python
+
+
+def _in_venv(venv: str) -> bool:
+    return os.path.realpath(sys.prefix) == os.path.realpath(venv)
+
+
+def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> None:
+    """The body of every hook: bootstrap, then charms.reactive.main().
+
+    In the machine's python3 this ensures the venv and re-executes the hook
+    with the venv's python (so sys.argv[0], from which charms.reactive takes
+    the hook name, stays the hook's path); it does not return. In the venv's
+    python it puts ``lib/`` on sys.path and runs charms.reactive.
+    """
+    layout = Layout(charm_dir)
+    argv = list(sys.argv if argv is None else argv)
+    if _in_venv(layout.venv):
+        os.environ.pop(REEXEC_ENV, None)
+        if layout.lib not in sys.path:
+            sys.path.append(layout.lib)
+        from charms.reactive import main
+
+        main()
+        return
+    if os.environ.get(REEXEC_ENV):
+        raise BootstrapError(
+            "re-executed with {} but not running in the venv {}".format(
+                os.environ[REEXEC_ENV], layout.venv))
+    python = ensure(charm_dir)
+    env = dict(os.environ)
+    env[REEXEC_ENV] = layout.venv
+    env["VIRTUAL_ENV"] = layout.venv
+    env["PATH"] = os.path.join(layout.venv, "bin") + os.pathsep + env.get("PATH", os.defpath)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(python, [python, os.path.abspath(hook_path)] + argv[1:], env)
