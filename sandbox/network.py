@@ -30,8 +30,11 @@ API::
         net.attach(name, address=None, kind="machine") -> Attachment
         net.detach(name)                              # kills its processes, deletes it
     cleanup_stale(force=False) -> list[str]           # what it removed
-    netns_pids(netns) -> list[int]; kill_netns_processes(netns)
-    run(argv, check=True) -> CompletedProcess         # small subprocess helper
+    netns_pids(netns) -> list[int]; kill_netns_processes(netns); delete_netns(netns)
+    ping_from_netns(netns, address, count=3, wait=1.0) -> int   # echoes answered
+    run(argv, check=True, input=None, timeout=60, env=None, text=None)
+        -> CompletedProcess       # output captured; raises CommandFailed, whose
+                                  # str() carries stderr
 """
 
 from __future__ import annotations
@@ -262,7 +265,12 @@ class TestNetwork:
         self.subnet = ipaddress.ip_network(subnet)
         if self.subnet.num_addresses < 32:
             raise ValueError("the test subnet needs at least 32 addresses")
-        self.tag = tag or secrets.token_hex(2)
+        while tag is None:
+            tag = secrets.token_hex(2)
+            if _owner_file(tag).exists() or any(
+                    n.startswith(f"{PREFIX}{tag}-") for n in list_netns()):
+                tag = None
+        self.tag = tag
         self.prefix = f"{PREFIX}{self.tag}-"
         self.switch = self.prefix + "switch"
         self._attached: dict[str, Attachment] = {}
