@@ -113,7 +113,8 @@ DISTRIB_DESCRIPTION="Ubuntu 22.04.4 LTS"
 # mount(8) would canonicalise back to the hidden path.
 _HOLDER = r"""
 import ctypes, json, os, signal, sys
-cfg = json.loads(sys.argv[1])
+with open(sys.argv[1]) as f:
+    cfg = json.load(f)
 libc = ctypes.CDLL(None, use_errno=True)
 MS_BIND, MS_REC, MNT_DETACH = 4096, 16384, 2
 def mount(src, dst, fstype, flags, data):
@@ -226,11 +227,14 @@ class Machine:
         self.address = att.address
         self.iface = att.ifname
         cfg = {"overlays": overlays, "keep": ["/run/netns", str(state_root())]}
+        (self.state_dir / "holder.json").write_text(json.dumps(cfg, indent=1))
+        (self.state_dir / "holder.py").write_text(_HOLDER)
         try:
             self.holder = subprocess.Popen(
                 ["nsenter", f"--net={NETNS_DIR / self.netns}", "--",
                  "unshare", "--mount", "--propagation", "slave", "--",
-                 sys.executable, "-c", _HOLDER, json.dumps(cfg), f"flsb-holder:{self.netns}"],
+                 sys.executable, str(self.state_dir / "holder.py"),
+                 str(self.state_dir / "holder.json"), f"flsb-holder:{self.netns}"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 cwd="/", start_new_session=True)
             ready, _, _ = select.select([self.holder.stdout], [], [], START_TIMEOUT)
