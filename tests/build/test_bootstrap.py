@@ -1,0 +1,283 @@
+"""lib/charms/flannel/bootstrap.py and hooks/hook.template, without pip or network.
+
+The real offline install of a built charm's wheelhouse is in test_built_charm.py.
+"""
+
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_bootstrap():
+    spec = importlib.util.spec_from_file_location(
+        "flannel_bootstrap_under_test", REPO / "lib" / "charms" / "flannel" / "bootstrap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bootstrap = _load_bootstrap()
+
+
+@pytest.fixture
+def unit(tmp_path):
+    """An agent dir holding a charm dir with a (fake) wheelhouse."""
+    charm = tmp_path / "agents" / "unit-flannel-0" / "charm"
+    (charm / "wheelhouse").mkdir(parents=True)
+    (charm / "wheelhouse.txt").write_text("charms.reactive\n")
+    (charm / "wheelhouse" / "charms.reactive-1.5.3.tar.gz").write_bytes(b"sdist bytes")
+    (charm / "wheelhouse" / "setuptools-84.2.1.tar.gz").write_bytes(b"setuptools")
+    return bootstrap.Layout(str(charm))
+
+
+def fake_installed_venv(layout, key):
+    bindir = Path(layout.python).parent
+    bindir.mkdir(parents=True)
+    Path(layout.python).write_text("#!/bin/sh\n")
+    os.chmod(layout.python, 0o755)
+    Path(layout.stamp).write_text(key + "\n")
+
+
+def test_layout_puts_the_venv_and_log_in_the_agent_dir(unit):
+    agent = Path(unit.charm_dir).parent
+    assert Path(unit.venv) == agent / ".venv"
+    assert Path(unit.log) == agent / "flannel-bootstrap.log"
+    assert Path(unit.python) == agent / ".venv" / "bin" / "python3"
+    assert Path(unit.lib) == Path(unit.charm_dir) / "lib"
+
+
+def test_key_is_stable_and_follows_the_wheelhouse(unit):
+    key = bootstrap.wheelhouse_key(unit)
+    assert key == bootstrap.wheelhouse_key(unit)
+    sdist = Path(unit.wheelhouse) / "charms.reactive-1.5.3.tar.gz"
+    sdist.write_bytes(b"other sdist bytes")
+    changed_content = bootstrap.wheelhouse_key(unit)
+    assert changed_content != key
+    sdist.rename(sdist.with_name("charms.reactive-1.5.4.tar.gz"))
+    renamed = bootstrap.wheelhouse_key(unit)
+    assert renamed != changed_content
+    Path(unit.requirements).write_text("charms.reactive\netcd3gw\n")
+    assert bootstrap.wheelhouse_key(unit) != renamed
+
+
+def test_key_includes_the_python_version(unit, monkeypatch):
+    key = bootstrap.wheelhouse_key(unit)
+    monkeypatch.setattr(bootstrap, "_python_tag", lambda version_info=None: "cpython-3.99")
+    assert bootstrap.wheelhouse_key(unit) != key
+
+
+def test_is_installed_needs_the_stamp_and_a_python(unit):
+    key = bootstrap.wheelhouse_key(unit)
+    assert not bootstrap.is_installed(unit, key)
+    fake_installed_venv(unit, key)
+    assert bootstrap.is_installed(unit, key)
+    assert not bootstrap.is_installed(unit, "0" * 64)
+    os.chmod(unit.python, 0o644)  # e.g. a series upgrade removed the base python
+    assert not bootstrap.is_installed(unit, key)
+
+
+def test_ensure_fast_path_runs_no_install(unit, monkeypatch):
+    fake_installed_venv(unit, bootstrap.wheelhouse_key(unit))
+
+    def no_install(*args, **kwargs):
+        raise AssertionError("install must not run when the venv is current")
+
+    monkeypatch.setattr(bootstrap, "install", no_install)
+    monkeypatch.setattr(bootstrap.subprocess, "call", no_install)
+    started = time.perf_counter()
+    for _ in range(10):
+        assert bootstrap.ensure(unit.charm_dir) == unit.python
+    assert (time.perf_counter() - started) / 10 < 0.05
+    assert not Path(unit.log).exists()
+
+
+def test_ensure_reinstalls_when_the_wheelhouse_changes(unit, monkeypatch):
+    fake_installed_venv(unit, bootstrap.wheelhouse_key(unit))
+    calls = []
+
+    def fake_install(layout, key, log):
+        calls.append(key)
+        Path(layout.stamp).write_text(key)
+
+    monkeypatch.setattr(bootstrap, "install", fake_install)
+    monkeypatch.setattr(bootstrap, "_hook_tool", lambda *args: None)
+    (Path(unit.wheelhouse) / "etcd3gw-2.7.0.tar.gz").write_bytes(b"new")  # upgrade-charm
+    bootstrap.ensure(unit.charm_dir)
+    assert calls == [bootstrap.wheelhouse_key(unit)]
+    assert "installing wheelhouse" in Path(unit.log).read_text()
+    bootstrap.ensure(unit.charm_dir)
+    assert len(calls) == 1
+
+
+def test_failed_install_raises_with_the_log_tail_and_leaves_no_stamp(unit, monkeypatch):
+    monkeypatch.setattr(bootstrap, "_hook_tool", lambda *args: None)
+    monkeypatch.setattr(bootstrap, "ensure_venv_support", lambda log: [])
+
+    def failing_venv(layout, key, log):
+        bootstrap._run([sys.executable, "-c", "import sys; print('pip says no'); sys.exit(3)"],
+                       log, what="installing the wheelhouse")
+
+    monkeypatch.setattr(bootstrap, "install", failing_venv)
+    with pytest.raises(bootstrap.BootstrapError) as e:
+        bootstrap.ensure(unit.charm_dir)
+    message = str(e.value)
+    assert "installing the wheelhouse failed (exit code 3)" in message
+    assert "pip says no" in message and unit.log in message
+    assert "FAILED" in Path(unit.log).read_text()
+    assert not os.path.exists(unit.stamp)
+
+
+def test_install_without_a_wheelhouse_says_how_to_build(tmp_path):
+    layout = bootstrap.Layout(str(tmp_path / "charm"))
+    with open(tmp_path / "log", "w") as log:
+        with pytest.raises(bootstrap.BootstrapError, match="scripts/build-charm"):
+            bootstrap.install(layout, "k", log)
+
+
+def test_clean_env_isolates_pip_from_the_machine(monkeypatch):
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://example.invalid/simple")
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    monkeypatch.setenv(bootstrap.REEXEC_ENV, "/x")
+    env = bootstrap._clean_env({"EXTRA": "1"})
+    assert not any(k in env for k in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PYTHONPATH",
+                                      bootstrap.REEXEC_ENV))
+    assert env["PIP_CONFIG_FILE"] == os.devnull
+    assert env["EXTRA"] == "1"
+    assert env["PATH"] == os.environ["PATH"]
+
+
+def test_venv_support_present_means_no_apt(monkeypatch):
+    monkeypatch.setattr(bootstrap, "missing_modules", lambda names=(): [])
+    monkeypatch.setattr(bootstrap, "apt_install", lambda *a: pytest.fail("apt must not run"))
+    assert bootstrap.ensure_venv_support(open(os.devnull, "w")) == []
+
+
+def test_missing_ensurepip_installs_python3_venv_and_whatever_else_is_missing(monkeypatch):
+    state = {"missing": {"ensurepip", "pip", "wheel"}}
+    installed = []
+    monkeypatch.setattr(bootstrap, "missing_modules",
+                        lambda names=(): [n for n in names if n in state["missing"]])
+
+    def fake_apt(packages, log):
+        installed.append(packages)
+        state["missing"].clear()
+
+    monkeypatch.setattr(bootstrap, "apt_install", fake_apt)
+    got = bootstrap.ensure_venv_support(open(os.devnull, "w"))
+    assert got == ["python3-pip", "python3-venv", "python3-wheel"]
+    assert installed == [got]
+
+
+def test_still_no_ensurepip_after_apt_is_an_error(monkeypatch):
+    monkeypatch.setattr(bootstrap, "missing_modules", lambda names=(): ["ensurepip"])
+    monkeypatch.setattr(bootstrap, "apt_install", lambda packages, log: None)
+    with pytest.raises(bootstrap.BootstrapError, match="still cannot create a venv"):
+        bootstrap.ensure_venv_support(open(os.devnull, "w"))
+
+
+def test_apt_install_without_apt_get(monkeypatch):
+    monkeypatch.setattr(bootstrap.shutil, "which", lambda name: None)
+    with pytest.raises(bootstrap.BootstrapError, match="no apt-get"):
+        bootstrap.apt_install(["python3-venv"], open(os.devnull, "w"))
+
+
+def test_apt_install_retries_after_update(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(bootstrap.shutil, "which", lambda name: "/usr/bin/" + name)
+
+    def fake_run(cmd, log, env=None, what=None):
+        calls.append(cmd[:2])
+        assert env["DEBIAN_FRONTEND"] == "noninteractive"
+        if cmd[1] == "install" and len(calls) == 1:
+            raise bootstrap.BootstrapError("stale lists")
+
+    monkeypatch.setattr(bootstrap, "_run", fake_run)
+    bootstrap.apt_install(["python3-venv"], open(tmp_path / "log", "w"))
+    assert calls == [["apt-get", "install"], ["apt-get", "update"], ["apt-get", "install"]]
+
+
+def test_missing_modules_really_probes():
+    assert bootstrap.missing_modules(("os", "no_such_module_flannel")) == ["no_such_module_flannel"]
+
+
+def test_wheelhouse_has_matches_normalised_names(unit):
+    assert bootstrap._wheelhouse_has(unit, "setuptools")
+    assert bootstrap._wheelhouse_has(unit, "charms-reactive")
+    assert not bootstrap._wheelhouse_has(unit, "flit_core")
+
+
+# --- hooks/hook.template -----------------------------------------------------------
+
+def render_hook(hook_name):
+    return (REPO / "hooks" / "hook.template").read_text().format(hook_name)
+
+
+def test_hook_template_renders_and_compiles():
+    for name in ("install", "etcd-relation-changed", "nrpe-external-master-relation-joined"):
+        text = render_hook(name)
+        assert text.startswith("#!/usr/bin/env python3\n")
+        assert "The {} hook".format(name) in text
+        compile(text, name, "exec")
+
+
+def test_hook_uses_only_the_standard_library():
+    import ast
+
+    tree = ast.parse(render_hook("install"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom)}
+    assert imported <= set(sys.stdlib_module_names)
+    tree = ast.parse((REPO / "lib" / "charms" / "flannel" / "bootstrap.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module != "charms.reactive"}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_hook_reexecs_into_the_venv_and_runs_reactive(unit, tmp_path):
+    """The rendered hook, run for real, with a stand-in venv python.
+
+    The stand-in records its argv and environment instead of running
+    charms.reactive: the hook must exec it with the hook's own path as
+    argv[1] (charms.reactive takes the hook name from it).
+    """
+    charm = Path(unit.charm_dir)
+    (charm / "hooks").mkdir()
+    hook = charm / "hooks" / "config-changed"
+    hook.write_text(render_hook("config-changed"))
+    hook.chmod(0o755)
+    (charm / "lib" / "charms" / "flannel").mkdir(parents=True)
+    (charm / "lib" / "charms" / "flannel" / "bootstrap.py").write_bytes(
+        (REPO / "lib" / "charms" / "flannel" / "bootstrap.py").read_bytes())
+    fake_installed_venv(unit, "placeholder")
+    record = tmp_path / "exec.txt"
+    Path(unit.python).write_text(
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" \"VENV=$FLANNEL_BOOTSTRAP_VENV\" > {}\n".format(record))
+    # The key depends on the python running the hook: compute it there.
+    import subprocess
+
+    key = subprocess.run(
+        [sys.executable, "-c",
+         "import importlib.util, sys; s = importlib.util.spec_from_file_location('b', sys.argv[1]);"
+         "m = importlib.util.module_from_spec(s); s.loader.exec_module(m);"
+         "print(m.wheelhouse_key(m.Layout(sys.argv[2])))",
+         str(charm / "lib" / "charms" / "flannel" / "bootstrap.py"), str(charm)],
+        check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    Path(unit.stamp).write_text(key)
+    env = {k: v for k, v in os.environ.items() if k != "CHARM_DIR"}
+    run = subprocess.run([sys.executable, str(hook), "extra-arg"], env=env, cwd=str(charm),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 0, run.stdout
+    assert run.stdout == "", "the hook must not print when nothing is installed"
+    assert record.read_text().splitlines() == [str(hook), "extra-arg", "VENV=" + unit.venv]
+
