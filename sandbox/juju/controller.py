@@ -42,7 +42,7 @@ import uuid
 
 from . import model as _model
 from .agent import HookRun, ToolsInstaller, UnitAgent, default_python
-from .executors import DEFAULT_TIMEOUT, as_executor
+from .executors import DEFAULT_TIMEOUT, MachineExecutor, as_executor
 from .model import Model, ModelError
 
 JUJU_VERSION = "3.6.4"
@@ -189,6 +189,20 @@ class Controller:
             }
         self.executors[mid] = ex
         return mid
+
+    def add_sandbox_machine(self, machine) -> str:
+        """Register a started sandbox.machine.Machine: its eth0 address,
+        interface, the test network's subnet and the link's MAC address."""
+        mac = None
+        try:
+            links = machine.ip_json("link", "show", "dev", machine.iface)
+            mac = links[0].get("address") if links else None
+        except Exception:  # noqa: BLE001  (the MAC is cosmetic)
+            mac = None
+        subnet = getattr(getattr(machine, "network", None), "subnet", None)
+        return self.add_machine(MachineExecutor(machine), address=machine.address,
+                                interface=machine.iface, cidr=str(subnet) if subnet else None,
+                                mac=mac, hostname=machine.name, name=machine.name)
 
     # ======================================================================
     # applications
