@@ -33,8 +33,9 @@ def test_attach_addresses_and_reachability(test_network):
     assert net.netns_for("etcd") == etcd_ns == f"{net.prefix}etcd"
     assert net.address_of("etcd") == "172.31.254.2"
     assert (m1.address, m2.address) == ("172.31.254.11", "172.31.254.12")
-    assert ping_from_netns(m1.netns, m2.address, count=2, wait=0.5) == 2
-    assert ping_from_netns(m2.netns, net.address_of("etcd"), count=1, wait=0.5) == 1
+    # (tolerant counts: a loaded 2-core host may drop the odd echo's deadline)
+    assert ping_from_netns(m1.netns, m2.address, count=3, wait=1.0) >= 2
+    assert ping_from_netns(m2.netns, net.address_of("etcd"), count=3, wait=1.0) >= 1
     # Nothing routed: no default route, and the root namespace has no
     # address and no link on the segment.
     for ns in (etcd_ns, m1.netns, m2.netns):
@@ -68,7 +69,7 @@ def test_two_networks_are_separate(sandbox_host):
         ob = b.attach("other")
         assert ping_from_netns(ob.netns, ma.address, count=1, wait=0.5) == 0
         oa = a.attach("other")
-        assert ping_from_netns(oa.netns, ma.address, count=1, wait=0.5) == 1
+        assert ping_from_netns(oa.netns, ma.address, count=3, wait=1.0) >= 1
 
 
 def test_cleanup_stale_after_a_crash(sandbox_host):
