@@ -26,7 +26,8 @@ INTERFACES = ("etcd", "kubernetes-cni", "nrpe-external-master")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: takes minutes (builds the charm, installs its wheelhouse)")
+    config.addinivalue_line(
+        "markers", "slow: takes minutes (builds the charm, installs its wheelhouse)")
     config.addinivalue_line("markers", "build: needs charm-tools and a built charm")
 
 
@@ -195,7 +196,8 @@ def built_charm(tmp_path_factory):
             pytest.fail("FLANNEL_BUILT_CHARM={} is not a built charm dir".format(given))
         return path
     cache = Path(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"))
-    if not ((cache / "charm-tools" / "bin" / "charm-build").exists() or shutil.which("charm-build")):
+    tools = cache / "charm-tools" / "bin" / "charm-build"
+    if not (tools.exists() or shutil.which("charm-build")):
         pytest.skip("charm-tools is not installed (scripts/setup-host)")
     outdir = tmp_path_factory.mktemp("build")
     run = subprocess.run([str(REPO / "scripts" / "build-charm"), str(outdir)],

@@ -280,4 +280,3 @@ def test_hook_reexecs_into_the_venv_and_runs_reactive(unit, tmp_path):
     assert run.returncode == 0, run.stdout
     assert run.stdout == "", "the hook must not print when nothing is installed"
     assert record.read_text().splitlines() == [str(hook), "extra-arg", "VENV=" + unit.venv]
-

@@ -1,0 +1,273 @@
+"""The built charm: its contents, charm-proof, its .charm zip, and its hooks'
+offline install of the wheelhouse.
+
+The install runs the built charm's own hooks/install the way a unit agent
+would (cwd and CHARM_DIR the charm dir, inside an agent dir), with:
+
+- no network at all: `unshare --net` gives the hook a network namespace with
+  only a loopback that is down, so pip can only use the charm's wheelhouse;
+- an Ubuntu /etc/os-release bind-mounted in a private mount namespace
+  (`unshare --mount`), because charmhelpers refuses to import on Debian;
+- stand-in hook tools that answer "nothing related, no config", and a probe
+  handler in place of reactive/flannel.py (whose handlers need a real model),
+  so the hook shows that charms.reactive.main() ran in the venv.
+
+Needs root (unshare, mount). Marked slow: a cold build takes minutes, each
+interpreter's first install takes a minute or so.
+"""
+
+import glob
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.build]
+
+NOT_CHARM = ("sandbox", "tests", "scripts", "docs", ".ci", "tox.ini", "requirements-dev.txt",
+             "build", "interfaces", "overlays", "charmcraft.yaml", ".gitignore", ".git")
+
+OS_RELEASE = {
+    "jammy": ('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
+              'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nVERSION_CODENAME=jammy\nID=ubuntu\n'
+              'ID_LIKE=debian\nUBUNTU_CODENAME=jammy\n'),
+    "noble": ('PRETTY_NAME="Ubuntu 24.04.1 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\n'
+              'VERSION="24.04.1 LTS (Noble Numbat)"\nVERSION_CODENAME=noble\nID=ubuntu\n'
+              'ID_LIKE=debian\nUBUNTU_CODENAME=noble\n'),
+}
+
+HOOK_TOOL = """#!/bin/sh
+# Stand-in hook tool: records the call, answers "nothing there".
+echo "$(basename "$0") $*" >> "$FLANNEL_TEST_TOOLS_LOG"
+case "$(basename "$0")" in
+  relation-ids|relation-list) echo '[]' ;;
+  config-get|relation-get|leader-get|goal-state|action-get) echo '{}' ;;
+  is-leader) echo 'false' ;;
+esac
+"""
+HOOK_TOOLS = ("relation-ids", "relation-list", "relation-get", "relation-set", "config-get",
+              "juju-log", "status-set", "status-get", "application-version-set", "is-leader",
+              "leader-get", "leader-set", "goal-state", "open-port", "close-port", "unit-get",
+              "action-get", "resource-get", "network-get", "opened-ports")
+
+PROBE_HANDLER = """
+import os
+from charms.reactive import hook
+from charmhelpers.core import hookenv
+
+
+@hook('{install,config-changed,upgrade-charm}')
+def probe():
+    import sys
+    with open(os.environ['FLANNEL_TEST_PROBE'], 'a') as f:
+        f.write('{} {} {}\\n'.format(hookenv.hook_name(), sys.prefix, sys.version.split()[0]))
+"""
+
+
+def interpreters():
+    """(series, python) pairs to install with: the PATH python3, and 3.10 /
+    3.12 (jammy's and noble's) where pyenv or the system has them."""
+    found = [("jammy", shutil.which("python3"))]
+    for version, series in (("3.10", "jammy"), ("3.12", "noble")):
+        candidates = sorted(glob.glob(os.path.expanduser(
+            "~/.pyenv/versions/{}.*/bin/python{}".format(version, version))))
+        candidates += [p for p in ("/usr/bin/python" + version,) if os.path.exists(p)]
+        if candidates:
+            found.append((series, candidates[-1]))
+    return found
+
+
+def python_id(param):
+    series, python = param
+    out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         stdout=subprocess.PIPE, text=True).stdout.strip()
+    return "py{}-{}".format(out, series)
+
+
+def can_unshare():
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "--mount", "--net", "true"]).returncode == 0
+
+
+needs_unshare = pytest.mark.skipif(not can_unshare(),
+                                   reason="needs root and unshare --mount --net")
+
+
+# --- contents ------------------------------------------------------------------------
+
+def test_charm_has_its_hooks_and_interfaces(built_charm):
+    hooks = built_charm / "hooks"
+    for name in ("install", "config-changed", "start", "stop", "upgrade-charm", "update-status",
+                 "leader-elected", "pre-series-upgrade", "post-series-upgrade"):
+        assert os.access(hooks / name, os.X_OK), name
+    for endpoint in ("etcd", "cni", "nrpe-external-master"):
+        for event in ("joined", "changed", "departed", "broken"):
+            assert os.access(hooks / "{}-relation-{}".format(endpoint, event), os.X_OK)
+    assert (hooks / "install").read_text().startswith("#!/usr/bin/env python3\n")
+    assert "The install hook" in (hooks / "install").read_text()
+    assert (hooks / "relations" / "etcd" / "requires.py").is_file()
+    assert (hooks / "relations" / "kubernetes-cni" / "requires.py").is_file()
+    assert (hooks / "relations" / "nrpe-external-master" / "provides.py").is_file()
+    for name in ("metadata.yaml", "config.yaml", "layer.yaml", "wheelhouse.txt",
+                 "lib/charms/flannel/bootstrap.py", ".build.manifest"):
+        assert (built_charm / name).is_file(), name
+
+
+def test_charm_has_nothing_that_is_not_charm(built_charm):
+    present = [name for name in NOT_CHARM if (built_charm / name).exists()]
+    assert present == []
+    assert not list(built_charm.rglob("__pycache__"))
+
+
+def test_wheelhouse_is_sources_only(built_charm):
+    """sdists install on any series and architecture; a wheel would pin one."""
+    files = sorted(p.name for p in (built_charm / "wheelhouse").iterdir())
+    assert files, "empty wheelhouse"
+    assert [f for f in files if not f.endswith((".tar.gz", ".zip"))] == []
+    names = {f.rsplit("-", 1)[0].lower().replace("_", "-").replace(".", "-") for f in files}
+    for wanted in ("charms-reactive", "charmhelpers", "charms-templating-jinja2", "jinja2",
+                   "markupsafe", "etcd3gw", "futurist", "urllib3", "setuptools", "wheel",
+                   "flit-core", "pbr", "pyyaml"):
+        assert wanted in names, wanted
+    assert [f for f in files if f.lower().startswith("cython")] == []
+
+
+def test_charm_proof_is_clean(built_charm):
+    cache = Path(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"))
+    proof = cache / "charm-tools" / "bin" / "charm-proof"
+    proof = str(proof) if proof.exists() else shutil.which("charm-proof")
+    if not proof:
+        pytest.skip("charm-proof is not installed")
+    run = subprocess.run([proof, str(built_charm)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    bad = [line for line in run.stdout.splitlines() if line.startswith(("W:", "E:"))]
+    assert bad == [], run.stdout
+
+
+def test_charm_zip_matches_the_dir_and_keeps_modes(built_charm):
+    archive = built_charm.parent / "flannel.charm"
+    assert archive.is_file()
+    files = {str(p.relative_to(built_charm)) for p in built_charm.rglob("*") if p.is_file()}
+    with zipfile.ZipFile(archive) as z:
+        assert set(z.namelist()) == files
+        assert "metadata.yaml" in files and "hooks/install" in files
+        mode = z.getinfo("hooks/install").external_attr >> 16
+        assert mode & stat.S_IXUSR, oct(mode)
+
+
+# --- the offline install, as a unit agent would run the hooks -------------------------
+
+def make_unit(built_charm, root):
+    """A unit agent dir holding a copy of the charm, with the probe handler."""
+    charm = root / "agents" / "unit-flannel-0" / "charm"
+    shutil.copytree(built_charm, charm, symlinks=True)
+    reactive = charm / "reactive"
+    if reactive.exists():
+        shutil.move(str(reactive), str(root / "reactive.real"))
+    reactive.mkdir()
+    (reactive / "probe.py").write_text(PROBE_HANDLER)
+    tools = root / "tools"
+    tools.mkdir()
+    for name in HOOK_TOOLS:
+        (tools / name).write_text(HOOK_TOOL)
+        (tools / name).chmod(0o755)
+    return charm
+
+
+def in_ubuntu_without_network(cmd, os_release, env, cwd):
+    """Run ``cmd`` with no network and an Ubuntu /etc/os-release."""
+    wrapper = ["unshare", "--mount", "--net", "--", "sh", "-c",
+               'mount --bind "$1" /etc/os-release && shift && exec "$@"', "sh", str(os_release)]
+    return subprocess.run(wrapper + [str(c) for c in cmd], env=env, cwd=str(cwd),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@needs_unshare
+@pytest.mark.parametrize("series_python", interpreters(), ids=python_id)
+def test_install_hook_bootstraps_offline_and_runs_reactive(built_charm, tmp_path, series_python):
+    series, python = series_python
+    charm = make_unit(built_charm, tmp_path)
+    agent = charm.parent
+    os_release = tmp_path / "os-release"
+    os_release.write_text(OS_RELEASE[series])
+    probe = tmp_path / "probe.txt"
+    env = dict(os.environ)  # PIP_FIND_LINKS and friends included: the bootstrap must ignore them
+    env.update(CHARM_DIR=str(charm), JUJU_CHARM_DIR=str(charm), JUJU_UNIT_NAME="flannel/0",
+               JUJU_MODEL_NAME="test", JUJU_AVAILABILITY_ZONE="", FLANNEL_TEST_PROBE=str(probe),
+               FLANNEL_TEST_TOOLS_LOG=str(tmp_path / "tools.log"),
+               PATH="{}:{}".format(tmp_path / "tools", os.environ["PATH"]))
+    env.pop("JUJU_HOOK_NAME", None)
+
+    started = time.monotonic()
+    run = in_ubuntu_without_network([python, charm / "hooks" / "install"], os_release, env, charm)
+    first = time.monotonic() - started
+    log_file = agent / "flannel-bootstrap.log"
+    log = log_file.read_text() if log_file.exists() else ""
+    assert run.returncode == 0, run.stdout + "\n--- bootstrap log tail:\n" + log[-6000:]
+    venv = agent / ".venv"
+    py_version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"],
+                                stdout=subprocess.PIPE, text=True).stdout.strip()
+    assert probe.read_text().split() == ["install", str(venv), py_version]
+    assert log.count("installing wheelhouse") == 1 and "done in" in log
+    assert "Downloading" not in log
+    print("\nfirst install with {} ({}): {:.1f}s".format(python, py_version, first))
+
+    # The venv has everything the charm imports (charmhelpers needs the Ubuntu identity).
+    check = ("import charms.reactive, charmhelpers.core.host, charms.templating.jinja2, "
+             "etcd3gw, jinja2, markupsafe, yaml, requests, urllib3; "
+             "from importlib.metadata import version as v; import json; "
+             "print(json.dumps({n: v(n) for n in ('charms.reactive', 'charmhelpers', 'Jinja2', "
+             "'MarkupSafe', 'etcd3gw', 'PyYAML', 'urllib3', 'futurist')}))")
+    run = in_ubuntu_without_network([venv / "bin" / "python3", "-c", check], os_release, env, charm)
+    assert run.returncode == 0, run.stdout
+    versions = json.loads(run.stdout.strip().splitlines()[-1])
+    assert versions["Jinja2"].startswith("2.") and versions["MarkupSafe"].startswith("2.0")
+
+    # A later hook finds the venv current: no pip, and quick.
+    started = time.monotonic()
+    run = in_ubuntu_without_network([python, charm / "hooks" / "config-changed"],
+                                    os_release, env, charm)
+    again = time.monotonic() - started
+    assert run.returncode == 0, run.stdout
+    assert probe.read_text().splitlines()[-1].split()[0] == "config-changed"
+    assert (agent / "flannel-bootstrap.log").read_text().count("installing wheelhouse") == 1
+    assert again < 10, again
+    print("config-changed with the venv in place: {:.2f}s".format(again))
+
+
+@needs_unshare
+def test_reactive_flannel_imports_in_the_unit_venv(built_charm, tmp_path):
+    """reactive/flannel.py, as built, imports with only the wheelhouse installed."""
+    if not (built_charm / "reactive" / "flannel.py").exists():
+        pytest.skip("the built charm has no reactive/flannel.py")
+    charm = make_unit(built_charm, tmp_path)
+    shutil.rmtree(charm / "reactive")
+    shutil.copytree(tmp_path / "reactive.real", charm / "reactive")
+    os_release = tmp_path / "os-release"
+    os_release.write_text(OS_RELEASE["jammy"])
+    env = dict(os.environ, CHARM_DIR=str(charm), JUJU_UNIT_NAME="flannel/0",
+               FLANNEL_TEST_TOOLS_LOG=str(tmp_path / "tools.log"),
+               PATH="{}:{}".format(tmp_path / "tools", os.environ["PATH"]))
+    bootstrap = ("import importlib.util, sys; s = importlib.util.spec_from_file_location("
+                 "'b', 'lib/charms/flannel/bootstrap.py'); m = importlib.util.module_from_spec(s);"
+                 " s.loader.exec_module(m); print(m.ensure('.'))")
+    run = in_ubuntu_without_network([shutil.which("python3"), "-c", bootstrap],
+                                    os_release, env, charm)
+    assert run.returncode == 0, run.stdout
+    venv_python = run.stdout.strip().splitlines()[-1]
+    imp = "import sys; sys.path[:0] = ['.', 'lib']; import reactive.flannel"
+    run = in_ubuntu_without_network([venv_python, "-c", imp], os_release, env, charm)
+    assert run.returncode == 0, run.stdout
+
+
+def test_interpreters_found():
+    assert interpreters()[0][1] == shutil.which("python3") and sys.executable
