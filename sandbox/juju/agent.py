@@ -98,7 +98,8 @@ def tail(data: bytes | str, limit: int = 4000) -> str:
 class ToolsInstaller:
     """Builds the host-side staging copy of the hook tools once per model."""
 
-    def __init__(self, staging_dir: str, python: str, juju_version: str, series="ubuntu", arch="amd64"):
+    def __init__(self, staging_dir: str, python: str, juju_version: str, series="ubuntu",
+                 arch="amd64"):
         self.staging = staging_dir
         self.python = python
         self.juju_version = juju_version
@@ -130,7 +131,8 @@ class ToolsInstaller:
                     "# fake jujud: charmhelpers runs `jujud version` to learn Juju's version\n"
                     'case "$1" in\n'
                     f'  version|--version) echo "{self.jujud_version}" ;;\n'
-                    '  *) echo "ERROR jujud is emulated by the sandbox: only `jujud version` works" >&2; exit 2 ;;\n'
+                    '  *) echo "ERROR jujud is emulated by the sandbox:'
+                    ' only `jujud version` works" >&2; exit 2 ;;\n'
                     "esac\n")
         os.chmod(self.jujud_path, 0o755)
 
@@ -156,8 +158,8 @@ class UnitAgent:
 
     def install_machine_tools(self, executor, machine_id: str) -> None:
         d = executor.machine_path(f"/var/lib/juju/tools/machine-{machine_id}")
-        cp = executor.run(["/bin/sh", "-c", 'mkdir -p "$1" && cp -f "$2" "$1/jujud" && chmod 0755 "$1/jujud"',
-                           "sh", d, self.tools.jujud_path])
+        script = 'mkdir -p "$1" && cp -f "$2" "$1/jujud" && chmod 0755 "$1/jujud"'
+        cp = executor.run(["/bin/sh", "-c", script, "sh", d, self.tools.jujud_path])
         self._check(cp, f"installing jujud in {d}")
 
     def deploy_charm(self, executor, unit: dict, charm_dir: str) -> list[str]:
@@ -171,17 +173,20 @@ class UnitAgent:
         self._check(cp, f"deploying {charm_dir} to {unit['name']}")
         return manifest(charm_dir)
 
-    def upgrade_charm(self, executor, unit: dict, new_charm_dir: str, old_manifest: list[str]) -> list[str]:
+    def upgrade_charm(self, executor, unit: dict, new_charm_dir: str,
+                      old_manifest: list[str]) -> list[str]:
         """Juju's charm upgrade: files of the old charm go, the new charm's
         files come; files the charm wrote itself (not in the manifest) stay."""
         new = manifest(new_charm_dir)
         gone = sorted(set(old_manifest) - set(new))
         if gone:
-            cp = executor.run(["/bin/sh", "-c", 'cd "$1" && xargs -0 -r rm -f --', "sh", unit["charm-dir"]],
+            cp = executor.run(["/bin/sh", "-c", 'cd "$1" && xargs -0 -r rm -f --', "sh",
+                               unit["charm-dir"]],
                               input=b"\0".join(p.encode() for p in gone))
             self._check(cp, f"removing old charm files of {unit['name']}")
-        cp = executor.run(["/bin/sh", "-c", 'set -e; mkdir -p "$1"; cp -a "$2/." "$1/"; cp -a "$4/." "$3/"',
-                           "sh", unit["charm-dir"], new_charm_dir, unit["tools-dir"], self.tools.staging])
+        script = 'set -e; mkdir -p "$1"; cp -a "$2/." "$1/"; cp -a "$4/." "$3/"'
+        cp = executor.run(["/bin/sh", "-c", script, "sh", unit["charm-dir"], new_charm_dir,
+                           unit["tools-dir"], self.tools.staging])
         self._check(cp, f"upgrading charm of {unit['name']}")
         return new
 
@@ -231,8 +236,8 @@ class UnitAgent:
         started = time.time()
         t0 = time.monotonic()
         try:
-            cp = executor.run(["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], hook, out, err],
-                              env=env, timeout=self.timeout)
+            cp = executor.run(["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], hook,
+                               out, err], env=env, timeout=self.timeout)
             rc = cp.returncode
             wrapper_out = cp.stdout or b""
             wrapper_err = cp.stderr or b""
@@ -251,7 +256,8 @@ class UnitAgent:
                       stdout_tail=tail(stdout), stderr_tail=tail(stderr), started_at=started)
         if NO_CHARM_MARK in wrapper_out:
             run.exit_code = 1
-            run.stderr_tail = tail(f"charm directory {unit['charm-dir']} is missing".encode() + stderr)
+            missing = f"charm directory {unit['charm-dir']} is missing\n".encode()
+            run.stderr_tail = tail(missing + stderr)
         elif MISSING_MARK in wrapper_out and rc == 0:
             run.exit_code = None
             run.skipped = True
@@ -265,16 +271,19 @@ class UnitAgent:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         lines = []
         if run.skipped:
-            lines.append(f'{stamp} INFO juju.worker.uniter.operation skipped "{hook}" hook (missing)')
+            lines.append(f'{stamp} INFO juju.worker.uniter.operation '
+                         f'skipped "{hook}" hook (missing)')
         for stream in (stdout, stderr):
             for line in stream.decode("utf-8", "replace").splitlines():
                 lines.append(f"{stamp} WARNING unit.{unit['name']}.{hook} {line}")
         if not run.skipped:
             if run.exit_code == 0:
-                lines.append(f'{stamp} INFO juju.worker.uniter.operation ran "{hook}" hook (via hook dispatching script: {hook})')
+                lines.append(f'{stamp} INFO juju.worker.uniter.operation ran "{hook}" hook '
+                             f'(via hook dispatching script: {hook})')
             else:
                 lines.append(f'{stamp} ERROR juju.worker.uniter.operation hook "{hook}" '
-                             f'(via hook dispatching script: {hook}) failed: exit status {run.exit_code}')
+                             f'(via hook dispatching script: {hook}) failed: '
+                             f'exit status {run.exit_code}')
         with open(path, "a", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in lines))
 

@@ -54,7 +54,8 @@ class HookContext:
             self.endpoint, self.kind = hook.rsplit("-relation-", 1)
 
     def __repr__(self):
-        return f"HookContext({self.unit} {self.hook} rel={self.relation_id} remote={self.remote_unit})"
+        return (f"HookContext({self.unit} {self.hook} rel={self.relation_id} "
+                f"remote={self.remote_unit})")
 
     # -- model access ------------------------------------------------------------
     def model(self) -> Model:

@@ -402,7 +402,8 @@ class Controller:
                 if names == {(app_a, na), (app_b, nb)} and rel["life"] == "alive":
                     raise ModelError(f'relation {app_a}:{na} {app_b}:{nb} already exists')
             scope = "container" if "container" in (ea["scope"], eb["scope"]) else "global"
-            if scope == "container" and not (m.app(app_a)["subordinate"] or m.app(app_b)["subordinate"]):
+            if scope == "container" and not (m.app(app_a)["subordinate"] or
+                                             m.app(app_b)["subordinate"]):
                 raise ModelError("a container-scoped relation needs a subordinate application")
             rid = data["next-relation-id"]
             data["next-relation-id"] += 1
@@ -439,12 +440,11 @@ class Controller:
             rel["life"] = "dying"
             rel["pending-broken"] = [u for u in participants if u in rel["created"]]
             # drop setup work for this relation that has not run yet
+            setup = ("-relation-created", "-relation-joined", "-relation-changed")
             self.queue = [e for e in self.queue
                           if not (e.get("relation") == rid and
                                   (e["op"] == "enter-scope" or
-                                   e.get("hook", "").endswith(("-relation-created",
-                                                               "-relation-joined",
-                                                               "-relation-changed"))))]
+                                   e.get("hook", "").endswith(setup)))]
             for u in participants:
                 for x in m.members(rel, u):
                     self._enqueue(self._hook_entry(m, u, rel, "departed", remote=x, departing=x))
@@ -491,11 +491,11 @@ class Controller:
                 for w in sorted(data["units"], key=_model.unit_sort_key):
                     if w == unit:
                         continue
+                    news = ("-relation-joined", "-relation-changed")
                     self.queue = [e for e in self.queue
                                   if not (e["unit"] == w and e.get("relation") == rel["id"]
                                           and e.get("remote_unit") == unit
-                                          and e.get("hook", "").endswith(("-relation-joined",
-                                                                           "-relation-changed")))]
+                                          and e.get("hook", "").endswith(news))]
                     if unit in rel["members"].get(w, []) and \
                             not self._departure_queued(w, rel["id"], unit):
                         self._enqueue(self._hook_entry(m, w, rel, "departed", remote=unit,
@@ -571,7 +571,8 @@ class Controller:
                 charm_dir = os.path.abspath(os.fspath(charm_dir))
                 meta = _yaml_load(os.path.join(charm_dir, "metadata.yaml"))
                 cfg_path = os.path.join(charm_dir, "config.yaml")
-                options = (_yaml_load(cfg_path).get("options") or {}) if os.path.exists(cfg_path) else {}
+                options = ((_yaml_load(cfg_path).get("options") or {})
+                           if os.path.exists(cfg_path) else {})
                 a["charm-dir"] = charm_dir
                 a["endpoints"] = endpoints_from_metadata(meta)
                 a["extra-bindings"] = sorted((meta.get("extra-bindings") or {}).keys())
@@ -590,7 +591,13 @@ class Controller:
                 a["resources"][name] = {"path": os.path.abspath(os.fspath(path)),
                                         "revision": old.get("revision", -1) + 1}
         for u in self.units(app):
-            if self.unit(u)["life"] == "alive" and charm_dir is not None:
+            rec = self.unit(u)
+            if rec["life"] != "alive" or charm_dir is None or rec["agent-dir"] is None:
+                continue
+            if rec["phase"] == "pending":  # not installed yet: it gets the new charm now
+                self._manifests[u] = self.agent.upgrade_charm(
+                    self.executor_for(u), rec, charm_dir, self._manifests.get(u, []))
+            else:
                 self._enqueue({"unit": u, "op": "deploy-charm"})
         self._fire_all(app, ["upgrade-charm", "config-changed"])
 
@@ -695,7 +702,8 @@ class Controller:
         as Juju does: the pending hook will see the latest data anyway."""
         entry = dict(entry)
         hook = entry.get("hook") or ""
-        if entry.get("op") == "hook" and (hook.endswith("-relation-changed") or hook in self.COALESCED):
+        if entry.get("op") == "hook" and (hook.endswith("-relation-changed") or
+                                          hook in self.COALESCED):
             keys = ("unit", "op", "hook", "relation", "remote_unit", "remote_app")
             for e in self.queue:
                 if all(e.get(k) == entry.get(k) for k in keys):
@@ -838,7 +846,8 @@ class Controller:
         out = []
         for other in rel["scope-units"]:
             orec = m.data["units"].get(other)
-            if orec is None or other == unit or orec["app"] != remote_app or orec["life"] != "alive":
+            if orec is None or other == unit or orec["app"] != remote_app or \
+                    orec["life"] != "alive":
                 continue
             if rel["scope"] == "container" and orec.get("machine") != rec.get("machine"):
                 continue
@@ -915,7 +924,8 @@ class Controller:
             app = m.app(rec["app"])
             if app.get("leader-settings", {}) != leader_before:
                 for u in m.units_of(rec["app"]):
-                    if u != unit and m.unit(u)["life"] == "alive" and m.unit(u)["phase"] != "pending":
+                    urec = m.unit(u)
+                    if u != unit and urec["life"] == "alive" and urec["phase"] != "pending":
                         self._enqueue({"unit": u, "op": "hook", "hook": "leader-settings-changed"})
         if ok and self.queue and i < len(self.queue) and self.queue[i] is entry:
             del self.queue[i]
@@ -993,7 +1003,9 @@ class Controller:
         rec = m.data["units"].get(unit)
         if rec is None:
             return
-        rel = m.data["relations"].get(str(entry.get("relation"))) if entry.get("relation") is not None else None
+        rel = None
+        if entry.get("relation") is not None:
+            rel = m.data["relations"].get(str(entry["relation"]))
         if hook == "install":
             rec["installed"] = True
             if not rec["workload"].get("set-by-charm"):
@@ -1067,14 +1079,15 @@ class Controller:
                          "version": data["model"]["juju-version"]},
                "machines": {}, "applications": {}}
         for mid, mach in sorted(data["machines"].items(), key=lambda kv: int(kv[0])):
+            ips = [mach["address"]] if mach.get("address") else []
             out["machines"][mid] = {"juju-status": {"current": "started"},
                                     "dns-name": mach.get("address"),
-                                    "ip-addresses": [mach["address"]] if mach.get("address") else [],
+                                    "ip-addresses": ips,
                                     "instance-id": mach.get("name"),
                                     "hostname": mach.get("hostname"),
                                     "base": {"name": "ubuntu", "channel": "22.04"},
                                     "network-interfaces": {mach.get("interface") or "eth0": {
-                                        "ip-addresses": [mach["address"]] if mach.get("address") else [],
+                                        "ip-addresses": ips,
                                         "mac-address": mach.get("mac") or "", "is-up": True}}}
 
         def unit_status(u):
@@ -1092,7 +1105,8 @@ class Controller:
             if rec["life"] == "dying":
                 js["current"] = js["current"] if ag["status"] == "executing" else "idle"
                 js.setdefault("message", "dying")
-            st = {"workload-status": wl, "juju-status": js, "leader": m.app(rec["app"]).get("leader") == u,
+            st = {"workload-status": wl, "juju-status": js,
+                  "leader": m.app(rec["app"]).get("leader") == u,
                   "machine": rec.get("machine"), "public-address": m.unit_address(u),
                   "life": rec["life"]}
             if rec.get("opened-ports"):
@@ -1115,9 +1129,11 @@ class Controller:
                     if best is None or _model.SEVERITY.get(ws["current"], 0) > \
                             _model.SEVERITY.get(best["current"], 0):
                         best = ws
-                entry["application-status"] = best or {"current": "waiting" if app["subordinate"]
-                                                        else "unknown",
-                                                        "message": "waiting for principal" if app["subordinate"] and not units else ""}
+                if best is None:
+                    waiting = app["subordinate"] and not units
+                    best = {"current": "waiting" if app["subordinate"] else "unknown",
+                            "message": "waiting for principal" if waiting else ""}
+                entry["application-status"] = best
             rels = {}
             for rel in m.relations():
                 for e, o in ((rel["endpoints"][0], rel["endpoints"][1]),
@@ -1137,7 +1153,8 @@ class Controller:
                 entry["units"] = {}
                 for u in units:
                     us = unit_status(u)
-                    subs = {s: unit_status(s) for s in sorted(data["units"], key=_model.unit_sort_key)
+                    subs = {s: unit_status(s)
+                            for s in sorted(data["units"], key=_model.unit_sort_key)
                             if data["units"][s].get("principal") == u}
                     if subs:
                         us["subordinates"] = subs
@@ -1162,8 +1179,9 @@ class Controller:
                [md["name"], md["controller"], md["cloud"], md["version"]]])
         rows = [["App", "Version", "Status", "Scale", "Charm", "Rev", "Exposed", "Message"]]
         for name, a in st["applications"].items():
-            rows.append([name, a["version"], a["application-status"]["current"], a["scale"],
-                         a["charm"], a["charm-rev"], "no", a["application-status"].get("message", "")])
+            ast = a["application-status"]
+            rows.append([name, a["version"], ast["current"], a["scale"],
+                         a["charm"], a["charm-rev"], "no", ast.get("message", "")])
         table(rows)
         rows = [["Unit", "Workload", "Agent", "Machine", "Public address", "Ports", "Message"]]
 

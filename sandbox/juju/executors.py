@@ -54,7 +54,8 @@ DISTRIB_DESCRIPTION="Ubuntu 22.04.4 LTS"
 
 @runtime_checkable
 class Executor(Protocol):
-    def run(self, argv, env=None, cwd=None, timeout=None, input=None) -> subprocess.CompletedProcess: ...
+    def run(self, argv, env=None, cwd=None, timeout=None,
+            input=None) -> subprocess.CompletedProcess: ...
 
     def machine_path(self, path: str) -> str: ...
 
@@ -106,7 +107,8 @@ class UnshareExecutor:
         if ubuntu:
             etc = os.path.join(self.root, "etc")
             os.makedirs(etc, exist_ok=True)
-            for name, text in (("os-release", UBUNTU_OS_RELEASE), ("lsb-release", UBUNTU_LSB_RELEASE)):
+            for name, text in (("os-release", UBUNTU_OS_RELEASE),
+                               ("lsb-release", UBUNTU_LSB_RELEASE)):
                 p = os.path.join(etc, name)
                 with open(p, "w", encoding="utf-8") as f:
                     f.write(text)

@@ -115,7 +115,7 @@ FORMAT = Flag(["--format"], "format", True, "smart", "Specify output format (jso
 OUTPUT = Flag(["-o", "--output"], "output", True, None, "Specify an output file")
 
 
-def relation_flag(default=""):
+def relation_flag():
     return Flag(["-r", "--relation"], "relation", True, None,
                 "Specify a relation by id")
 
@@ -282,7 +282,8 @@ def cmd_relation_ids(ctx, opts, args):
 # -- relation-list ------------------------------------------------------------
 @command("relation-list",
          [relation_flag(), FORMAT, OUTPUT,
-          Flag(["--app"], "app", help_text="List remote application instead of participating units")],
+          Flag(["--app"], "app",
+               help_text="List remote application instead of participating units")],
          "", "List relation units.")
 def cmd_relation_list(ctx, opts, args):
     if args:
@@ -314,7 +315,8 @@ def merged(current: dict, changes: dict) -> dict:
 
 @command("relation-get",
          [relation_flag(), FORMAT, OUTPUT,
-          Flag(["--app"], "app", help_text="Get the relation data for the overall application, not just a unit")],
+          Flag(["--app"], "app",
+               help_text="Get the relation data for the overall application, not just a unit")],
          "<key> <unit id>", "Get relation settings.")
 def cmd_relation_get(ctx, opts, args):
     if len(args) > 2:
@@ -375,7 +377,8 @@ def parse_kv(args) -> dict:
 @command("relation-set",
          [relation_flag(), Flag(["--file"], "file", True, None, "file containing key-value pairs"),
           Flag(["--format"], "format", True, "", "deprecated format flag"),
-          Flag(["--app"], "app", help_text='pick whether you are setting "application" settings or "unit" settings')],
+          Flag(["--app"], "app",
+               help_text='pick whether you are setting "application" settings or "unit" settings')],
          "key=value [key=value ...]", "Set relation settings.")
 def cmd_relation_set(ctx, opts, args):
     settings = {}
@@ -399,10 +402,7 @@ def cmd_relation_set(ctx, opts, args):
         for k, v in loaded.items():
             settings[str(k)] = None if v is None else (
                 ("true" if v else "false") if isinstance(v, bool) else str(v))
-    settings.update(parse_kv(args))
-    if not settings and not opts["file"]:
-        # Juju accepts an empty relation-set as a no-op
-        pass
+    settings.update(parse_kv(args))  # an empty relation-set is a no-op, as in Juju
     with ctx.transaction() as data:
         m = Model(data)
         rel = ctx.resolve_relation(m, opts["relation"])
@@ -418,7 +418,9 @@ def cmd_relation_set(ctx, opts, args):
 
 # -- status-set / status-get ---------------------------------------------------
 @command("status-set",
-         [Flag(["--application"], "application", help_text="set this status for the application to which the unit belongs if the unit is the leader")],
+         [Flag(["--application"], "application",
+               help_text="set this status for the application to which the unit belongs "
+                         "if the unit is the leader")],
          "<maintenance | blocked | waiting | active> [message]",
          "Set status information.")
 def cmd_status_set(ctx, opts, args):
@@ -446,7 +448,9 @@ def cmd_status_set(ctx, opts, args):
 @command("status-get",
          [FORMAT, OUTPUT,
           Flag(["--include-data"], "include_data", help_text="print all status data"),
-          Flag(["--application"], "application", help_text="print status for all units of this application if this unit is the leader")],
+          Flag(["--application"], "application",
+               help_text="print status for all units of this application if this unit "
+                         "is the leader")],
          "[--include-data] [--application] [<key>]", "Print status information.")
 def cmd_status_get(ctx, opts, args):
     if len(args) > 1:
@@ -559,9 +563,12 @@ def cmd_resource_get(ctx, opts, args):
 # -- network-get --------------------------------------------------------------
 @command("network-get",
          [relation_flag(), FORMAT, OUTPUT,
-          Flag(["--primary-address"], "primary", help_text="(deprecated) get the primary address for the binding"),
-          Flag(["--bind-address"], "bind", help_text="get the address for the binding on which the unit should listen"),
-          Flag(["--ingress-address"], "ingress", help_text="get the ingress address for the binding"),
+          Flag(["--primary-address"], "primary",
+               help_text="(deprecated) get the primary address for the binding"),
+          Flag(["--bind-address"], "bind",
+               help_text="get the address for the binding on which the unit should listen"),
+          Flag(["--ingress-address"], "ingress",
+               help_text="get the ingress address for the binding"),
           Flag(["--egress-subnets"], "egress", help_text="get the egress subnets for the binding")],
          "<binding-name> [--ingress-address] [--bind-address] [--egress-subnets]",
          "Get network config.")
@@ -661,7 +668,8 @@ def cmd_leader_set(ctx, opts, args):
 
 
 # -- goal-state ----------------------------------------------------------------
-@command("goal-state", [FORMAT, OUTPUT], "", "Print the status of the charm's peers and related units.")
+@command("goal-state", [FORMAT, OUTPUT], "",
+         "Print the status of the charm's peers and related units.")
 def cmd_goal_state(ctx, opts, args):
     if args:
         raise Usage(f"unrecognized args: {json.dumps(args)}")
@@ -723,22 +731,28 @@ def _port_command(ctx, opts, args, action):
             ports[action].append(port)
 
 
-ENDPOINTS = Flag(["--endpoints"], "endpoints", True, "", "a comma-delimited list of application endpoints")
+ENDPOINTS = Flag(["--endpoints"], "endpoints", True, "",
+                 "a comma-delimited list of application endpoints")
+PORT_USAGE = "<port>[/<protocol>] or <from>-<to>[/<protocol>] or icmp"
+DEPRECATED_FORMAT = Flag(["--format"], "format", True, "", "deprecated format flag")
 
 
-@command("open-port", [ENDPOINTS, Flag(["--format"], "format", True, "", "deprecated format flag")],
-         "<port>[/<protocol>] or <from>-<to>[/<protocol>] or icmp", "Register a request to open a port or port range.")
+@command("open-port", [ENDPOINTS, DEPRECATED_FORMAT], PORT_USAGE,
+         "Register a request to open a port or port range.")
 def cmd_open_port(ctx, opts, args):
     _port_command(ctx, opts, args, "open")
 
 
-@command("close-port", [ENDPOINTS, Flag(["--format"], "format", True, "", "deprecated format flag")],
-         "<port>[/<protocol>] or <from>-<to>[/<protocol>] or icmp", "Register a request to close a port or port range.")
+@command("close-port", [ENDPOINTS, DEPRECATED_FORMAT], PORT_USAGE,
+         "Register a request to close a port or port range.")
 def cmd_close_port(ctx, opts, args):
     _port_command(ctx, opts, args, "close")
 
 
-@command("opened-ports", [FORMAT, OUTPUT, Flag(["--endpoints"], "show_endpoints", help_text="display the list of target application endpoints for each port range")],
+@command("opened-ports",
+         [FORMAT, OUTPUT,
+          Flag(["--endpoints"], "show_endpoints",
+               help_text="display the list of target application endpoints for each port range")],
          "", "List all ports or port ranges opened by the unit.")
 def cmd_opened_ports(ctx, opts, args):
     if args:
@@ -775,7 +789,8 @@ def cmd_action_log(ctx, opts, args):
     raise Failure("not running an action")
 
 
-@command("juju-reboot", [Flag(["--now"], "now", help_text="reboot immediately, killing the invoking process")],
+@command("juju-reboot",
+         [Flag(["--now"], "now", help_text="reboot immediately, killing the invoking process")],
          "", "Reboot the host machine.")
 def cmd_juju_reboot(ctx, opts, args):
     raise Failure("juju-reboot is not supported in the sandbox: "

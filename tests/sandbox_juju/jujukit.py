@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from sandbox.juju import Controller, EtcdApp, KubernetesWorkerApp, LocalExecutor
+from sandbox.juju import Controller, LocalExecutor
 
 BASE_HOOKS = ("install", "start", "stop", "remove", "config-changed", "leader-elected",
               "leader-settings-changed", "upgrade-charm", "update-status")

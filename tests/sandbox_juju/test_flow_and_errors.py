@@ -166,7 +166,8 @@ def test_resolve_without_retry_skips_the_hook(cluster):
     ctl.resolve("flannel/0", retry=False)
     ctl.settle()
     hooks = ctl.hooks("flannel/0")
-    assert hooks.count("config-changed") == 1 and hooks[hooks.index("config-changed") + 1] == "start"
+    assert hooks.count("config-changed") == 1
+    assert hooks[hooks.index("config-changed") + 1] == "start"
     assert ctl.unit("flannel/0")["started"]
 
 

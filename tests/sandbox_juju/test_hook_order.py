@@ -38,7 +38,8 @@ def test_add_relation_creates_subordinate_in_juju_order(cluster):
     assert etcd == ["db-relation-joined", "db-relation-changed"]
     # the principal ran relation-created before the subordinate even existed
     order = [f"{r.unit}:{r.hook}" for r in new]
-    assert order.index("kubernetes-worker/0:cni-relation-created") < order.index("flannel/0:install")
+    assert order.index("kubernetes-worker/0:cni-relation-created") < \
+        order.index("flannel/0:install")
     # joined/changed on the principal come only after the subordinate started
     assert order.index("flannel/0:start") < order.index("kubernetes-worker/0:cni-relation-joined")
     joined = [r for r in new if r.hook.endswith("-relation-joined")]

@@ -266,8 +266,8 @@ def test_tools_inside_a_hook_see_the_hook_context(related):
     """)
     # the worker publishes something new in one of its hooks
     related.worker.extra_data["image-registry"] = "rocks.canonical.com"
-    related.worker.on_upgrade_charm = lambda c: c.relation_set(rid=related.cni,
-                                                              **related.worker.published())
+    related.worker.on_upgrade_charm = lambda c: c.relation_set(
+        rid=related.cni, **related.worker.published())
     ctl.fire("kubernetes-worker/0", "upgrade-charm")
     ctl.settle()
     lines = out.read_text().splitlines()
