@@ -55,9 +55,9 @@ _OPTIONS = (
     ("--flannel-resource", "FLANNEL_RESOURCE", None,
      "flannel resource tarball for --flannel-arch; default: build it with "
      "`python -m sandbox.resource --arch ARCH --out DIR`"),
-    ("--flannel-arch", "FLANNEL_ARCH", "amd64",
+    ("--flannel-arch", "FLANNEL_TEST_ARCH", "amd64",
      "architecture of the test machines and of the attached resource"),
-    ("--k8s-channel", "K8S_CHANNEL", "1.32/stable",
+    ("--k8s-channel", "FLANNEL_K8S_CHANNEL", "1.32/stable",
      "channel of the Charmed Kubernetes charms, also used as the "
      "Kubernetes snap channel"),
     ("--base", "FLANNEL_TEST_BASE", "ubuntu@22.04",

@@ -80,7 +80,10 @@ async def test_deploy_kubernetes_core_with_flannel(
     path.write_text(yaml.safe_dump(bundle, sort_keys=False))
     log.info("deploying %s", path)
     await juju(ops_test, "deploy", str(path), timeout=settings.step_timeout)
-    await settle(ops_test, None, settings.deploy_timeout,
+    # Name the apps: right after `juju deploy` returns, libjuju may not
+    # have seen them yet, and wait_for_idle() of "all apps" would see none.
+    await settle(ops_test, list(bundle["applications"]),
+                 settings.deploy_timeout,
                  "kubernetes-core with flannel to become active")
 
 
