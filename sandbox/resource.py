@@ -18,9 +18,20 @@ Everything Go produces is cached outside the repository, under
                                      binaries in it, copied to out_dir
 
 A binary already in its install dir (with a stamp matching the build
-settings) is reused, so a second build only re-packs the tarball.  A
-per-binary GOPATH rather than GOBIN because ``go install`` refuses GOBIN when
-cross-compiling.
+settings, link mode included) is reused, so a second build only re-packs the
+tarball.  A per-binary GOPATH rather than GOBIN because ``go install`` refuses
+GOBIN when cross-compiling.
+
+Every binary is statically linked, so that the resource runs on any Ubuntu
+(22.04 has glibc 2.35; a binary linked dynamically against a newer host glibc
+would need GLIBC_2.36 symbols there).  Pure-Go builds (CGO_ENABLED=0: every
+binary but amd64 flanneld) are static by construction.  amd64 flanneld needs
+cgo for the udp backend's cproxy, so it is linked externally with
+``-extldflags=-static`` (as flannel's own Makefile does) and built with
+``-tags netgo,osusergo``: without those tags the net and os/user packages call
+glibc's NSS (getaddrinfo, getpwnam_r, ...), which a static glibc binary still
+loads at run time from the unit's own, possibly different, glibc.  A binary
+that comes out with an ELF interpreter (PT_INTERP) is rejected (BuildFailed).
 
 API::
 
@@ -28,6 +39,7 @@ API::
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
     binary_path(name, arch="amd64") -> Path              # "flanneld" | "flannel" | "cnitool"
     host_arch() -> str                                   # "amd64" | "arm64" | "s390x"
+    elf_interpreter(path) -> str | None                  # PT_INTERP of an ELF file; None: static
     ARCHES                                               # ("amd64", "arm64", "s390x")
     class BuildFailed(RuntimeError)                      # .log holds go's output
 
@@ -46,6 +58,7 @@ import json
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -72,6 +85,12 @@ CNITOOL_VERSION = "v1.3.0"
 
 ARCHES = ("amd64", "arm64", "s390x")
 TARBALL_MEMBERS = ("flanneld", "cni-plugin/flannel")
+# How every binary is linked; part of the cache stamp, so that binaries built
+# before a change of link mode (amd64 flanneld was once dynamic) are rebuilt.
+LINK_MODE = "static"
+# cgo builds: pure-Go resolver and user lookups, no glibc NSS in a static binary
+CGO_BUILD_TAGS = ("netgo", "osusergo")
+CGO_STATIC_LDFLAGS = "-linkmode=external -extldflags=-static"
 
 
 def cache_root() -> Path:
@@ -95,6 +114,16 @@ class GoBinary:
         # flanneld's udp backend (cproxy) is cgo: without cgo on amd64 the
         # build fails; the other architectures compile the backend out.
         return self.name == "flanneld" and arch == "amd64"
+
+    def tags(self, arch: str) -> tuple[str, ...]:
+        return CGO_BUILD_TAGS if self.cgo(arch) else ()
+
+    def link_ldflags(self, arch: str) -> str:
+        """The -ldflags given to go install: a cgo build is linked externally
+        and statically; a pure-Go build is static anyway."""
+        if self.cgo(arch):
+            return f"{self.ldflags} {CGO_STATIC_LDFLAGS}"
+        return self.ldflags
 
 
 BINARIES = {
@@ -122,8 +151,54 @@ def _install_dir(binary: GoBinary, arch: str) -> Path:
 
 def _stamp(binary: GoBinary, arch: str) -> str:
     return json.dumps({"package": binary.package, "version": binary.version,
-                       "ldflags": binary.ldflags, "cgo": binary.cgo(arch),
+                       "ldflags": binary.link_ldflags(arch), "cgo": binary.cgo(arch),
+                       "tags": list(binary.tags(arch)), "link": LINK_MODE,
                        "arch": arch}, sort_keys=True)
+
+
+_PT_INTERP = 3
+
+
+def elf_interpreter(path: Path | str) -> str | None:
+    """The program interpreter an ELF executable asks for (its PT_INTERP
+    segment, e.g. "/lib64/ld-linux-x86-64.so.2"), or None if it has none, i.e.
+    it is statically linked.  Either ELF class and byte order (s390x is
+    big-endian).  ValueError if `path` is not an ELF file."""
+    with open(path, "rb") as f:
+        ident = f.read(16)
+        if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2) \
+                or ident[5] not in (1, 2):
+            raise ValueError(f"{path}: not an ELF file")
+        is64 = ident[4] == 2
+        order = "<" if ident[5] == 1 else ">"
+        if is64:
+            f.seek(0x20)
+            (phoff,) = struct.unpack(order + "Q", f.read(8))
+            f.seek(0x36)
+        else:
+            f.seek(0x1C)
+            (phoff,) = struct.unpack(order + "I", f.read(4))
+            f.seek(0x2A)
+        phentsize, phnum = struct.unpack(order + "HH", f.read(4))
+        for i in range(phnum):
+            f.seek(phoff + i * phentsize)
+            if is64:
+                p_type, _flags, p_offset, _vaddr, _paddr, p_filesz = struct.unpack(
+                    order + "IIQQQQ", f.read(40))
+            else:
+                p_type, p_offset, _vaddr, _paddr, p_filesz = struct.unpack(
+                    order + "IIIII", f.read(20))
+            if p_type == _PT_INTERP:
+                f.seek(p_offset)
+                return f.read(p_filesz).rstrip(b"\0").decode(errors="replace")
+    return None
+
+
+def _is_static(path: Path) -> bool:
+    try:
+        return elf_interpreter(path) is None
+    except (OSError, ValueError, struct.error):
+        return False
 
 
 def _built_path(binary: GoBinary, arch: str) -> Path:
@@ -148,7 +223,8 @@ def binary_path(name: str, arch: str = "amd64", progress=None) -> Path:
     built = _built_path(binary, arch)
     stamp_file = gopath / "stamp.json"
     stamp = _stamp(binary, arch)
-    if built.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
+    if (built.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp
+            and _is_static(built)):
         _log(progress, f"cached   {name} {binary.version} ({arch}): {built}")
         return built
     if shutil.which("go") is None:
@@ -167,9 +243,12 @@ def binary_path(name: str, arch: str = "amd64", progress=None) -> Path:
         "GO111MODULE": "on",
     })
     env.pop("GOBIN", None)
-    cmd = ["go", "install", "-trimpath", f"-ldflags={binary.ldflags}",
-           f"{binary.package}@{binary.version}"]
-    _log(progress, f"building {name} {binary.version} ({arch}, cgo={env['CGO_ENABLED']}) ...")
+    cmd = ["go", "install", "-trimpath", f"-ldflags={binary.link_ldflags(arch)}"]
+    if binary.tags(arch):
+        cmd.append(f"-tags={','.join(binary.tags(arch))}")
+    cmd.append(f"{binary.package}@{binary.version}")
+    _log(progress, f"building {name} {binary.version} ({arch}, cgo={env['CGO_ENABLED']}, "
+                   f"{LINK_MODE}) ...")
     start = time.monotonic()
     gopath.mkdir(parents=True, exist_ok=True)
     stamp_file.unlink(missing_ok=True)
@@ -179,6 +258,10 @@ def binary_path(name: str, arch: str = "amd64", progress=None) -> Path:
         raise BuildFailed(
             f"go install {binary.package}@{binary.version} for {arch} failed "
             f"(exit {proc.returncode}): {proc.stdout.strip()[-2000:]}", proc.stdout)
+    if not _is_static(built):
+        raise BuildFailed(
+            f"go install {binary.package}@{binary.version} for {arch} did not produce a "
+            f"statically linked ELF binary: {built}", proc.stdout)
     stamp_file.write_text(stamp)
     _log(progress, f"built    {name} in {time.monotonic() - start:.1f}s: {built}")
     return built

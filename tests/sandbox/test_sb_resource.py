@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import struct
 import subprocess
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 
 from sandbox import resource
+
+PT_LOAD, PT_INTERP = 1, 3
+# e_machine of each supported arch
+EM = {"amd64": 62, "arm64": 183, "s390x": 22}
+
+
+def _elf_program_headers(data: bytes) -> tuple[int, list[int]]:
+    """(e_machine, [p_type of each program header]) of an ELF image; written
+    here independently of sandbox.resource.elf_interpreter."""
+    assert data[:4] == b"\x7fELF", "not an ELF file"
+    is64, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    (machine,) = struct.unpack_from(order + "H", data, 0x12)
+    if is64:
+        (phoff,) = struct.unpack_from(order + "Q", data, 0x20)
+        phentsize, phnum = struct.unpack_from(order + "HH", data, 0x36)
+    else:
+        (phoff,) = struct.unpack_from(order + "I", data, 0x1C)
+        phentsize, phnum = struct.unpack_from(order + "HH", data, 0x2A)
+    types = [struct.unpack_from(order + "I", data, phoff + i * phentsize)[0]
+             for i in range(phnum)]
+    return machine, types
 
 
 def test_host_arch_and_pins():
@@ -19,6 +45,42 @@ def test_host_arch_and_pins():
     assert not resource.BINARIES["flannel"].cgo("amd64")
     with pytest.raises(ValueError):
         resource.binary_path("flanneld", "mips")
+
+
+def test_link_settings_and_stamp():
+    flanneld = resource.BINARIES["flanneld"]
+    # amd64 flanneld is cgo: linked externally and statically, no glibc NSS
+    assert "-extldflags=-static" in flanneld.link_ldflags("amd64").split()
+    assert "-linkmode=external" in flanneld.link_ldflags("amd64").split()
+    assert set(flanneld.tags("amd64")) == {"netgo", "osusergo"}
+    assert f"version.Version={resource.FLANNEL_VERSION}" in flanneld.link_ldflags("amd64")
+    # pure-Go builds (cross-arch flanneld, the plugin, cnitool) are static anyway
+    for name, arch in (("flanneld", "arm64"), ("flanneld", "s390x"), ("flannel", "amd64"),
+                       ("cnitool", "amd64")):
+        binary = resource.BINARIES[name]
+        assert not binary.cgo(arch) and binary.tags(arch) == ()
+        assert "-extldflags" not in binary.link_ldflags(arch)
+    # the stamp carries the link mode and the exact flags, so a change rebuilds
+    stamp = json.loads(resource._stamp(flanneld, "amd64"))
+    assert stamp["link"] == "static"
+    assert stamp["ldflags"] == flanneld.link_ldflags("amd64")
+    assert stamp["tags"] == ["netgo", "osusergo"]
+    old_dynamic = {"arch": "amd64", "cgo": True, "ldflags": flanneld.ldflags,
+                   "package": flanneld.package, "version": flanneld.version}
+    assert resource._stamp(flanneld, "amd64") != json.dumps(old_dynamic, sort_keys=True)
+
+
+def test_elf_parsers_see_a_dynamic_binary(tmp_path):
+    # /bin/sh is dynamically linked on Debian and Ubuntu: both parsers must say so
+    sh = Path(os.path.realpath("/bin/sh"))
+    machine, types = _elf_program_headers(sh.read_bytes())
+    assert PT_LOAD in types and PT_INTERP in types
+    assert machine == EM[resource.host_arch()]
+    assert resource.elf_interpreter(sh).startswith("/lib")
+    not_elf = tmp_path / "script"
+    not_elf.write_text("#!/bin/sh\n")
+    with pytest.raises(ValueError):
+        resource.elf_interpreter(not_elf)
 
 
 @pytest.mark.gobuild
@@ -35,6 +97,30 @@ def test_tarball_members_modes_and_version(resource_tarball, tmp_path):
     out = subprocess.run([tmp_path / "cni-plugin" / "flannel"], capture_output=True, text=True,
                          env={"CNI_COMMAND": "VERSION"})
     assert "0.3.1" in out.stdout
+
+
+@pytest.mark.gobuild
+def test_host_arch_tarball_is_static_and_versioned(sandbox_host, tmp_path):
+    """Every binary in the host arch's tarball is statically linked (no
+    PT_INTERP), so it runs on any Ubuntu's glibc, and flanneld has its pin."""
+    if shutil.which("go") is None:
+        pytest.skip("needs the Go toolchain")
+    arch = resource.host_arch()
+    tarball = resource.build_resource(arch, tmp_path / "out")
+    assert tarball.name == f"flannel-{arch}.tar.gz"
+    with tarfile.open(tarball, "r:gz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        assert sorted(m.name for m in members) == sorted(resource.TARBALL_MEMBERS)
+        for member in members:
+            machine, types = _elf_program_headers(tar.extractfile(member).read())
+            assert machine == EM[arch], member.name
+            assert PT_LOAD in types, member.name
+            assert PT_INTERP not in types, f"{member.name} is dynamically linked"
+        tar.extractall(tmp_path / "x", filter="data")
+    # no environment at all: nothing from the host's loader setup can help it
+    out = subprocess.run([tmp_path / "x" / "flanneld", "-version"], capture_output=True,
+                         text=True, env={}, timeout=60)
+    assert (out.stdout + out.stderr).strip() == resource.FLANNEL_VERSION
 
 
 @pytest.mark.gobuild
