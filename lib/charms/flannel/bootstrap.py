@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 #: Bump to force every unit to reinstall when the install procedure changes.
 FORMAT = "1"
@@ -252,7 +253,9 @@ def install(layout: Layout, key: str, log) -> None:
     try:
         backends = [b for b in BUILD_BACKENDS if _wheelhouse_has(layout, b)]
         if backends:
-            _run(pip + backends, log, env,
+            # --upgrade: the venv may already hold an older setuptools from
+            # ensurepip (65.5 on 3.11, 59.6 on jammy) that pip would keep.
+            _run(pip + ["--upgrade"] + backends, log, env,
                  "installing the build backends ({})".format(" ".join(backends)))
         _run(pip + ["--no-build-isolation", "-r", layout.requirements], log, env,
              "installing the wheelhouse")
@@ -330,6 +333,10 @@ def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> N
         os.environ.pop(REEXEC_ENV, None)
         if layout.lib not in sys.path:
             sys.path.append(layout.lib)
+        # charms.reactive imports pkg_resources, which warns on every import
+        # since setuptools 80.9: keep that out of every hook's output.
+        warnings.filterwarnings("ignore", message="pkg_resources is deprecated",
+                                category=UserWarning)
         from charms.reactive import main
 
         main()
