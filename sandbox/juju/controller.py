@@ -399,8 +399,13 @@ class Controller:
             (app_a, na, ea), (app_b, nb, eb) = self._resolve_endpoints(m, a, b)
             for rel in m.relations():
                 names = {(e["app"], e["name"]) for e in rel["endpoints"]}
-                if names == {(app_a, na), (app_b, nb)} and rel["life"] == "alive":
-                    raise ModelError(f'relation {app_a}:{na} {app_b}:{nb} already exists')
+                if names == {(app_a, na), (app_b, nb)}:
+                    # Juju keys a relation by its endpoints: a dying one (some unit
+                    # has still to run -relation-broken) blocks a new one too
+                    key = " ".join(f"{e['app']}:{e['name']}" for e in rel["endpoints"])
+                    raise ModelError(f'cannot add relation "{key}": relation {key} '
+                                     f'already exists' + (" (dying)" if rel["life"] != "alive"
+                                                          else ""))
             scope = "container" if "container" in (ea["scope"], eb["scope"]) else "global"
             if scope == "container" and not (m.app(app_a)["subordinate"] or
                                              m.app(app_b)["subordinate"]):

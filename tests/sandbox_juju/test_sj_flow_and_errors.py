@@ -171,19 +171,30 @@ def test_resolve_without_retry_skips_the_hook(cluster):
     assert ctl.unit("flannel/0")["started"]
 
 
-def test_failing_stop_blocks_removal_until_resolved(cluster):
+def test_failing_teardown_blocks_removal_until_resolved(cluster):
     ctl = cluster.ctl
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
     ctl.settle()
-    cluster.script("stop", "exit 1\n")
+    cluster.script("cni-relation-broken", "exit 1\n")
     ctl.remove_relation("flannel:cni", "kubernetes-worker:cni")
     ctl.settle()
     assert ctl.units("flannel") == ["flannel/0"]
     assert ctl.unit("flannel/0")["life"] == "dying"
-    (cluster.scripts / "stop").unlink()
+    assert ctl.hooks("kubernetes-worker/0")[-1] == "cni-relation-broken"
+    # the relation is gone for the worker, still dying for the stuck unit,
+    # and Juju refuses the same relation until it is removed
+    cni = ctl.model().relations()[-1]
+    assert cni["life"] == "dying" and cni["pending-broken"] == ["flannel/0"]
+    with pytest.raises(ModelError, match="already exists"):
+        ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    (cluster.scripts / "cni-relation-broken").unlink()
     ctl.resolve("flannel/0")
     ctl.settle()
     assert ctl.units("flannel") == []
+    assert ctl.hooks("flannel/0")[-2:] == ["stop", "remove"]
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    assert ctl.units("flannel") == ["flannel/1"]
 
 
 def test_settle_is_bounded(world):
