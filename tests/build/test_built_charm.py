@@ -125,6 +125,14 @@ def test_charm_has_its_hooks_and_interfaces(built_charm):
         assert (built_charm / name).is_file(), name
 
 
+def test_manifest_declares_both_series_on_every_arch(built_charm):
+    import yaml
+
+    bases = yaml.safe_load((built_charm / "manifest.yaml").read_text())["bases"]
+    assert [(b["name"], b["channel"]) for b in bases] == [("ubuntu", "22.04"), ("ubuntu", "24.04")]
+    assert all(b["architectures"] == ["amd64", "arm64", "s390x"] for b in bases)
+
+
 def test_charm_has_nothing_that_is_not_charm(built_charm):
     present = [name for name in NOT_CHARM if (built_charm / name).exists()]
     assert present == []
