@@ -193,14 +193,15 @@ def test_apt_install_retries_after_update(monkeypatch, tmp_path):
     monkeypatch.setattr(bootstrap.shutil, "which", lambda name: "/usr/bin/" + name)
 
     def fake_run(cmd, log, env=None, what=None):
-        calls.append(cmd[:2])
+        assert cmd[:3] == ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
+        calls.append(cmd[3])
         assert env["DEBIAN_FRONTEND"] == "noninteractive"
-        if cmd[1] == "install" and len(calls) == 1:
+        if cmd[3] == "install" and len(calls) == 1:
             raise bootstrap.BootstrapError("stale lists")
 
     monkeypatch.setattr(bootstrap, "_run", fake_run)
     bootstrap.apt_install(["python3-venv"], open(tmp_path / "log", "w"))
-    assert calls == [["apt-get", "install"], ["apt-get", "update"], ["apt-get", "install"]]
+    assert calls == ["install", "update", "install"]
 
 
 def test_missing_modules_really_probes():

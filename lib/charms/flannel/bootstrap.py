@@ -60,6 +60,8 @@ APT_PACKAGES = {
     "wheel": "python3-wheel",
 }
 
+#: Seconds apt-get waits for the dpkg lock.
+APT_LOCK_TIMEOUT = 300
 #: Lines of a failing command's output quoted in the exception.
 TAIL_LINES = 25
 
@@ -193,12 +195,15 @@ def apt_install(packages: list[str], log) -> None:
             "python3 here cannot create a venv (missing: {}) and there is no apt-get "
             "to install {}".format(", ".join(packages), " ".join(packages)))
     env = _clean_env({"DEBIAN_FRONTEND": "noninteractive"})
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends"] + list(packages)
+    # A fresh machine's unattended-upgrades may hold the dpkg lock for a while.
+    wait = ["-o", "DPkg::Lock::Timeout={}".format(APT_LOCK_TIMEOUT)]
+    cmd = ["apt-get"] + wait + ["install", "-y", "--no-install-recommends"] + list(packages)
+    what = "apt-get install {}".format(" ".join(packages))
     try:
-        _run(cmd, log, env, "apt-get install {}".format(" ".join(packages)))
+        _run(cmd, log, env, what)
     except BootstrapError:
-        _run(["apt-get", "update"], log, env, "apt-get update")
-        _run(cmd, log, env, "apt-get install {}".format(" ".join(packages)))
+        _run(["apt-get"] + wait + ["update"], log, env, "apt-get update")
+        _run(cmd, log, env, what)
 
 
 def ensure_venv_support(log) -> list[str]:
