@@ -154,7 +154,13 @@ def run_flanneld():
     kv = unitdata.kv()
     if kv.get(DIGEST_KEY) != digest or not host.service_running(SERVICE):
         hookenv.log("flanneld inputs changed; (re)starting {}".format(SERVICE))
-        host.service_restart(SERVICE)
+        host.service_stop(SERVICE)
+        forgotten = daemon.forget_old_network(
+            options.cidr, options.subnet_len, paths.SUBNET_ENV,
+            daemon.vxlan_link_name(options.vni) if options.backend == "vxlan" else None)
+        if forgotten:
+            hookenv.log("Dropped what the previous network left: {}".format(forgotten))
+        host.service_start(SERVICE)
         kv.set(DIGEST_KEY, digest)
     set_flag(SERVICE_RUNNING)
 
@@ -178,7 +184,7 @@ def remove_flannel():
     if paths.SERVICE_FILE.exists():
         host.service_stop(SERVICE)
         host.service("disable", SERVICE)
-    daemon.delete_vxlan_link()
+    daemon.delete_vxlan_links()
     _remove_nrpe_check()
     report = _record().remove_all()
     for path in report.left_changed:

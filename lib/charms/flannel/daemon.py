@@ -1,14 +1,25 @@
-"""flanneld as a running thing: its version, its inputs, its vxlan link."""
+"""flanneld as a running thing: its version, its inputs, its vxlan link,
+and what a change of network leaves behind (the pods' bridge address, the
+old subnet.env)."""
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import os
 import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-VXLAN_LINK = "flannel.1"
+from .subnet import read_subnet_env
+
+VXLAN_LINK = "flannel.1"   # with the default VNI 1
+_FLANNEL_VXLAN = re.compile(r"flannel(-v6)?\.\d+")
+# The bridge the flannel CNI plugin's delegate (bridge) puts pods on; it
+# holds the gateway address of this node's lease.
+POD_BRIDGE = "cni0"
 _VERSION = re.compile(r"v?\d+\.\d+\.\d+[\w.+-]*")
 
 
@@ -37,14 +48,101 @@ def inputs_digest(checksums: Iterable[Optional[str]], network_config: dict) -> s
     return h.hexdigest()
 
 
-def delete_vxlan_link(name: str = VXLAN_LINK) -> bool:
-    """Delete flanneld's vxlan device; True if there was one.
+def vxlan_link_name(vni: int) -> str:
+    """The vxlan device flanneld makes for `vni`: flannel.<VNI>."""
+    return f"flannel.{vni}"
 
-    flanneld leaves the device behind when stopped; a later flanneld with
-    another VNI or port would then fail to create its own.
+
+def flannel_vxlan_links(links: Iterable[dict]) -> list[str]:
+    """Names of flanneld's vxlan devices (flannel.<VNI>, flannel-v6.<VNI>)
+    among `ip -j -d link show` entries."""
+    return [link["ifname"] for link in links
+            if _FLANNEL_VXLAN.fullmatch(link.get("ifname", ""))
+            and link.get("linkinfo", {}).get("info_kind") == "vxlan"]
+
+
+def delete_vxlan_links(keep: Optional[str] = None) -> list[str]:
+    """Delete flanneld's vxlan devices but `keep`; returns the names deleted.
+
+    flanneld leaves its device behind when stopped, and names it after the
+    VNI: after a VNI change the old one would stay, holding the node's
+    flannel address and routes beside the new one.
     """
-    shown = subprocess.run(["ip", "link", "show", name], capture_output=True)
-    if shown.returncode != 0:
-        return False
-    subprocess.run(["ip", "link", "delete", name], check=True, capture_output=True)
-    return True
+    shown = subprocess.run(["ip", "-j", "-d", "link", "show"], capture_output=True,
+                           text=True, check=True)
+    gone = []
+    for name in flannel_vxlan_links(json.loads(shown.stdout or "[]")):
+        if name != keep:
+            subprocess.run(["ip", "link", "delete", name], check=True, capture_output=True)
+            gone.append(name)
+    return gone
+
+
+def stale_bridge_addresses(addr_info: Iterable[dict], network: ipaddress.IPv4Network,
+                           subnet_len: int) -> list[str]:
+    """The IPv4 addresses ("10.1.52.1/24") among a link's `ip -j addr`
+    addr_info entries that cannot be the gateway of a lease in `network`:
+    outside it, or with another prefix length than `subnet_len` (flanneld
+    only keeps a lease whose length is the configured SubnetLen)."""
+    stale = []
+    for entry in addr_info:
+        if entry.get("family") != "inet" or "local" not in entry:
+            continue
+        address = ipaddress.IPv4Interface(f"{entry['local']}/{entry.get('prefixlen', 32)}")
+        if address.network.prefixlen != subnet_len or not address.network.subnet_of(network):
+            stale.append(str(address))
+    return stale
+
+
+@dataclass
+class Forgotten:
+    """What forget_old_network removed."""
+    bridge_addresses: list[str] = field(default_factory=list)
+    subnet_env: bool = False
+    vxlan_links: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.bridge_addresses or self.subnet_env or self.vxlan_links)
+
+
+def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
+                       subnet_env: Path, vxlan_link: Optional[str],
+                       bridge: str = POD_BRIDGE) -> Forgotten:
+    """While flanneld is stopped, before it starts again: drop what belongs
+    to a previous network.
+
+    - The bridge's IPv4 addresses that cannot be a gateway in the new network:
+      the bridge plugin refuses to add the new lease's gateway to a bridge
+      that holds another address ('"cni0" already has an IP address
+      different from ...'), so without this a cidr change needs a reboot
+      (LP #1932551).
+    - subnet.env, if it describes another network or lease length: until
+      flanneld writes the new one, the flannel CNI plugin would hand out old
+      addresses (and put the old gateway back on the bridge).
+    - flanneld's vxlan devices other than `vxlan_link` (the one of the new
+      VNI; None for a backend without one): a VNI change renames the device.
+
+    Nothing is touched when both already fit the network, so calling this on
+    every (re)start is harmless.
+    """
+    gone = Forgotten()
+    shown = subprocess.run(["ip", "-j", "addr", "show", "dev", bridge],
+                           capture_output=True, text=True)
+    if shown.returncode == 0 and shown.stdout.strip():   # no bridge: no pod yet
+        addr_info = [a for link in json.loads(shown.stdout) for a in link.get("addr_info", [])]
+        for address in stale_bridge_addresses(addr_info, network, subnet_len):
+            subprocess.run(["ip", "addr", "del", address, "dev", bridge],
+                           check=True, capture_output=True)
+            gone.bridge_addresses.append(address)
+    try:
+        env = read_subnet_env(subnet_env)
+    except ValueError:   # garbage: flanneld will write it anew
+        env = None
+        gone.subnet_env = os.path.exists(subnet_env)
+    else:
+        gone.subnet_env = env is not None and (
+            env.network != network or env.subnet.network.prefixlen != subnet_len)
+    if gone.subnet_env:
+        os.unlink(subnet_env)
+    gone.vxlan_links = delete_vxlan_links(keep=vxlan_link)
+    return gone

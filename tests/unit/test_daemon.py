@@ -1,0 +1,225 @@
+"""charms.flannel.daemon: what a change of network leaves behind (LP #1932551)."""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from charms.flannel import daemon
+
+ROOT = Path(__file__).resolve().parents[2]
+NET = ipaddress.IPv4Network("10.3.0.0/16")
+
+
+def inet(address: str, prefixlen: int) -> dict:
+    return {"family": "inet", "local": address, "prefixlen": prefixlen, "scope": "global"}
+
+
+def subnet_env(network: str, subnet: str) -> str:
+    return (f"FLANNEL_NETWORK={network}\nFLANNEL_SUBNET={subnet}\n"
+            "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n")
+
+
+# --- stale_bridge_addresses ------------------------------------------------------
+
+def test_an_address_of_the_old_cidr_is_stale():
+    assert daemon.stale_bridge_addresses([inet("10.1.52.1", 24)], NET, 24) == ["10.1.52.1/24"]
+
+
+def test_the_gateway_of_a_lease_in_the_new_cidr_is_kept():
+    assert daemon.stale_bridge_addresses([inet("10.3.7.1", 24)], NET, 24) == []
+
+
+def test_another_lease_length_is_stale_even_inside_the_cidr():
+    assert daemon.stale_bridge_addresses([inet("10.3.7.1", 24)], NET, 26) == ["10.3.7.1/24"]
+
+
+def test_ipv6_and_odd_entries_are_left_alone():
+    entries = [{"family": "inet6", "local": "fe80::1", "prefixlen": 64},
+               {"family": "inet"},                       # no address at all
+               inet("10.1.52.1", 24), inet("10.3.9.1", 24)]
+    assert daemon.stale_bridge_addresses(entries, NET, 24) == ["10.1.52.1/24"]
+
+
+def test_a_wider_cidr_than_the_old_one_keeps_its_leases():
+    wide = ipaddress.IPv4Network("10.0.0.0/8")
+    assert daemon.stale_bridge_addresses([inet("10.1.52.1", 24)], wide, 24) == []
+
+
+# --- forget_old_network, with `ip` answered by a fake ----------------------------------
+
+def vxlan(name: str, vni: int) -> dict:
+    return {"ifname": name, "linkinfo": {"info_kind": "vxlan", "info_data": {"id": vni}}}
+
+
+LINKS = [{"ifname": "lo"}, {"ifname": "eth0", "linkinfo": {"info_kind": "veth"}},
+         {"ifname": "cni0", "linkinfo": {"info_kind": "bridge"}},
+         vxlan("flannel.1", 1), vxlan("flannel.4097", 4097), vxlan("flannel-v6.1", 1),
+         vxlan("vx0", 1), {"ifname": "flannel.7", "linkinfo": {"info_kind": "dummy"}}]
+
+
+def test_flannel_vxlan_links_are_flanneld_s_vxlan_devices_only():
+    assert daemon.flannel_vxlan_links(LINKS) == ["flannel.1", "flannel.4097", "flannel-v6.1"]
+
+
+def test_vxlan_link_name_follows_the_vni():
+    assert daemon.vxlan_link_name(1) == daemon.VXLAN_LINK == "flannel.1"
+    assert daemon.vxlan_link_name(4097) == "flannel.4097"
+
+
+class FakeIp:
+    """Answers `ip -j addr show dev BRIDGE` and `ip -j -d link show`, and
+    records `ip addr del` and `ip link delete`."""
+
+    def __init__(self, addresses=None, links=()):
+        self.addresses = addresses   # None: the bridge does not exist
+        self.links = list(links)
+        self.deleted = []
+        self.links_deleted = []
+
+    def __call__(self, argv, **kwargs):
+        if argv == ["ip", "-j", "-d", "link", "show"]:
+            return subprocess.CompletedProcess(argv, 0, json.dumps(self.links), "")
+        if argv[:3] == ["ip", "link", "delete"]:
+            self.links_deleted.append(argv[3])
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if argv[:4] == ["ip", "-j", "addr", "show"]:
+            if self.addresses is None:
+                return subprocess.CompletedProcess(argv, 1, "", 'Device "cni0" does not exist.')
+            link = {"ifname": argv[-1], "addr_info": self.addresses}
+            return subprocess.CompletedProcess(argv, 0, json.dumps([link]), "")
+        if argv[:3] == ["ip", "addr", "del"]:
+            self.deleted.append((argv[3], argv[-1]))
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        raise AssertionError(f"unexpected command {argv}")
+
+
+@pytest.fixture
+def fake_ip(monkeypatch):
+    def install(addresses=None, links=()):
+        fake = FakeIp(addresses, links)
+        monkeypatch.setattr(daemon.subprocess, "run", fake)
+        return fake
+    return install
+
+
+def test_cidr_change_drops_the_old_gateway_and_the_old_subnet_env(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.1.52.1", 24)])
+    env = tmp_path / "subnet.env"
+    env.write_text(subnet_env("10.1.0.0/16", "10.1.52.1/24"))
+    gone = daemon.forget_old_network(NET, 24, env, "flannel.1")
+    assert gone.bridge_addresses == ["10.1.52.1/24"] and gone.subnet_env and gone
+    assert fake.deleted == [("10.1.52.1/24", "cni0")]
+    assert not env.exists()
+
+
+def test_vni_change_deletes_the_old_vxlan_device_only(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1), vxlan("vx0", 1)])
+    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.4097")
+    assert gone.vxlan_links == ["flannel.1"] and gone
+    assert fake.links_deleted == ["flannel.1"]
+    assert fake.deleted == []
+
+
+def test_a_backend_without_vxlan_keeps_no_vxlan_device(fake_ip, tmp_path):
+    fake = fake_ip(None, links=[vxlan("flannel.1", 1)])
+    assert daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", None).vxlan_links \
+        == ["flannel.1"]
+    assert fake.links_deleted == ["flannel.1"]
+
+
+def test_delete_vxlan_links_on_stop_deletes_every_vni(fake_ip):
+    fake = fake_ip(None, links=LINKS)
+    assert daemon.delete_vxlan_links() == ["flannel.1", "flannel.4097", "flannel-v6.1"]
+    assert fake.links_deleted == ["flannel.1", "flannel.4097", "flannel-v6.1"]
+
+
+def test_same_network_touches_nothing(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1)])
+    env = tmp_path / "subnet.env"
+    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = daemon.forget_old_network(NET, 24, env, "flannel.1")
+    assert not gone
+    assert fake.deleted == [] and fake.links_deleted == []
+    assert env.exists()
+
+
+def test_subnet_len_change_drops_the_lease_of_the_old_length(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.3.7.1", 24)])
+    env = tmp_path / "subnet.env"
+    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = daemon.forget_old_network(NET, 26, env, "flannel.1")
+    assert fake.deleted == [("10.3.7.1/24", "cni0")]
+    assert gone.subnet_env and not env.exists()
+
+
+def test_no_bridge_and_no_subnet_env_yet(fake_ip, tmp_path):
+    fake = fake_ip(None)
+    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1")
+    assert not gone and fake.deleted == []
+
+
+def test_an_incomplete_subnet_env_is_flanneld_s_business(fake_ip, tmp_path):
+    fake_ip(None)
+    env = tmp_path / "subnet.env"
+    env.write_text("FLANNEL_NETWORK=10.1.0.0/16\n")   # flanneld still writing it
+    assert not daemon.forget_old_network(NET, 24, env, "flannel.1")
+    assert env.exists()
+
+
+def test_a_garbled_subnet_env_goes(fake_ip, tmp_path):
+    fake_ip(None)
+    env = tmp_path / "subnet.env"
+    env.write_text(subnet_env("10.1.0.0/16", "not-an-address"))
+    assert daemon.forget_old_network(NET, 24, env, "flannel.1").subnet_env
+    assert not env.exists()
+
+
+# --- on a real bridge, in a network namespace of the test's own ----------------------
+
+_IN_NETNS = """
+import ipaddress, sys
+sys.path[:0] = [sys.argv[1]]
+from charms.flannel import daemon
+gone = daemon.forget_old_network(ipaddress.IPv4Network(sys.argv[2]), int(sys.argv[3]),
+                                 sys.argv[4], sys.argv[5])
+print(",".join(gone.bridge_addresses), ",".join(gone.vxlan_links))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                    reason="needs root and iproute2 for a network namespace")
+def test_real_bridge_in_a_namespace(tmp_path):
+    netns = f"fltest-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        ip = ["ip", "-n", netns]
+        subprocess.run(ip + ["link", "add", "cni0", "type", "bridge"], check=True)
+        subprocess.run(ip + ["addr", "add", "10.1.52.1/24", "dev", "cni0"], check=True)
+        subprocess.run(ip + ["addr", "add", "10.3.7.1/24", "dev", "cni0"], check=True)
+        for name, vni, port in (("flannel.1", 1, 8472), ("flannel.4097", 4097, 8999),
+                                ("vx0", 7, 4789)):
+            subprocess.run(ip + ["link", "add", name, "type", "vxlan", "id", str(vni),
+                                 "dstport", str(port)], check=True)
+        done = subprocess.run(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", _IN_NETNS, str(ROOT / "lib"),
+             str(NET), "24", str(tmp_path / "subnet.env"), "flannel.4097"],
+            capture_output=True, text=True, check=True)
+        assert done.stdout.split() == ["10.1.52.1/24", "flannel.1"]
+        links = json.loads(subprocess.run(ip + ["-j", "link", "show"], capture_output=True,
+                                          text=True, check=True).stdout)
+        assert {"flannel.4097", "vx0"} <= {link["ifname"] for link in links}
+        assert "flannel.1" not in {link["ifname"] for link in links}
+        left = json.loads(subprocess.run(ip + ["-j", "addr", "show", "dev", "cni0"],
+                                         capture_output=True, text=True, check=True).stdout)
+        assert [a["local"] for a in left[0]["addr_info"] if a["family"] == "inet"] == \
+            ["10.3.7.1"]
+    finally:
+        subprocess.run(["ip", "netns", "delete", netns], check=False)
