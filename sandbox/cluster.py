@@ -7,6 +7,12 @@
         cluster.remove_cni_relation(); cluster.add_cni_relation()
         print(cluster.status_table())
 
+    What an operator would look at, per machine: cluster.cni_bin(m),
+    cluster.subnet_env(m), cluster.vxlan_links(m), cluster.flanneld_pids(m); in etcd:
+    cluster.network_config(), cluster.etcd_values(prefix); traffic while
+    something happens: `with cluster.pinging(pod, address) as p: ...`.
+    host_leftovers() lists what sandbox runs left on the host.
+
 Real parts: a test network of namespaces, Debian's etcd with client TLS in a
 namespace of its own, one machine (net + mount namespaces) per worker running
 the built charm's hooks, flanneld under systemctl, pods via cnitool. Emulated:
@@ -15,7 +21,11 @@ Juju only (sandbox.juju): the controller, the etcd charm and kubernetes-worker.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +34,8 @@ from typing import Callable, Optional
 from sandbox.etcd import EtcdServer
 from sandbox.juju import Controller, EtcdApp, KubernetesWorkerApp
 from sandbox.machine import Machine
-from sandbox.network import TestNetwork, cleanup_stale
+from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
+                             list_netns, owner_alive, ping_from_netns, run, state_root)
 from sandbox.pki import make_pki
 from sandbox.pod import Pod, PodFailed
 from sandbox.resource import host_arch
@@ -36,6 +47,27 @@ CNI_RELATION = ("flannel:cni", "kubernetes-worker:cni")
 ETCD_RELATION = ("flannel:etcd", "etcd:db")
 # What kubernetes-worker ships in /opt/cni/bin (Debian's containernetworking-plugins).
 WORKER_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+NETWORK_PREFIX = "/coreos.com/network"
+SUBNET_ENV = "/run/flannel/subnet.env"
+
+# Run inside etcd's namespace (the host has no route to the test network):
+# etcd3gw with a session that trusts only the sandbox CA, whatever
+# REQUESTS_CA_BUNDLE says, and a timeout. Prints {key: value} as JSON.
+_ETCD_READ = """
+import json, sys, requests, etcd3gw
+host, port, ca, cert, key, prefix = sys.argv[1:7]
+session = requests.Session()
+session.trust_env = False
+session.verify = ca
+session.cert = (cert, key)
+client = etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https",
+                             session=session, timeout=5)
+out = {}
+for value, meta in client.get_prefix(prefix):
+    k = meta["key"]
+    out[k.decode() if isinstance(k, bytes) else k] = value.decode()
+print(json.dumps(out))
+"""
 
 
 class ClusterError(RuntimeError):
@@ -210,9 +242,16 @@ class Cluster:
         self.controller.add_relation(*ETCD_RELATION)
         self.settle()
 
-    def upgrade_flannel(self, resource: Path) -> None:
-        self.controller.upgrade_charm(FLANNEL, resources={self.resource_name: resource})
+    def upgrade_flannel(self, resource: Path, charm_dir: Optional[Path] = None) -> None:
+        """`juju refresh flannel [--path DIR] --resource flannel-<arch>=TARBALL`."""
+        self.controller.upgrade_charm(FLANNEL, charm_dir,
+                                      resources={self.resource_name: resource})
         self.settle()
+
+    def failed_hooks(self) -> list[str]:
+        """Every hook that exited non-zero so far, as "unit hook (exit N)"."""
+        return [f"{h.unit} {h.hook} (exit {h.exit_code}): {h.stderr_tail[-500:]}"
+                for h in self.controller.hook_log if not h.ok]
 
     # --- pods --------------------------------------------------------------------
     def start_pod(self, machine: str) -> Pod:
@@ -229,18 +268,155 @@ class Cluster:
         except PodFailed as failed:
             return None, str(failed)
 
+    @contextlib.contextmanager
+    def pinging(self, pod: Pod, address: str, interval: float = 0.5):
+        """Ping `address` from `pod` in the background while the block runs:
+        one echo (1 s to answer) every `interval` seconds. Yields a Pinger
+        (sent, answered, lost); at least one echo is sent."""
+        pinger = Pinger(pod.netns, address, interval)
+        pinger.start()
+        try:
+            yield pinger
+        finally:
+            pinger.stop()
+
     # --- what an operator would look at ----------------------------------------------
     def cni_bin(self, machine: str) -> dict[str, bytes]:
         m = self.machines[machine]
         return {name: m.read_file(f"/opt/cni/bin/{name}") for name in (m.ls("/opt/cni/bin") or [])}
 
+    def subnet_env(self, machine: str) -> dict[str, str]:
+        """/run/flannel/subnet.env on `machine` as {VARIABLE: value} ({} if absent)."""
+        text = (self.machines[machine].read_file(SUBNET_ENV) or b"").decode()
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    def vxlan_links(self, machine: str) -> dict[str, dict]:
+        """flanneld's vxlan devices in `machine` (it names them flannel.<VNI>:
+        flannel.1 by default), as `ip -d -j link show` describes them:
+        name -> {"vni", "port" (UDP dstport), "local", "dev", "mtu"}."""
+        found = {}
+        for link in self.machines[machine].ip_json("-d", "link", "show"):
+            info = link.get("linkinfo", {})
+            if info.get("info_kind") != "vxlan" or not link["ifname"].startswith("flannel"):
+                continue
+            data = info.get("info_data", {})
+            found[link["ifname"]] = {"vni": data.get("id"), "port": data.get("port"),
+                                     "local": data.get("local"), "dev": data.get("link"),
+                                     "mtu": link.get("mtu")}
+        return found
+
+    def flanneld_pids(self, machine: str) -> list[int]:
+        return self.machines[machine].pids_of("flanneld")
+
+    def etcd_values(self, prefix: str = NETWORK_PREFIX) -> dict[str, str]:
+        """Every key under `prefix` in the sandbox etcd, read with etcd3gw from
+        inside etcd's namespace."""
+        pki = self.etcd.pki
+        host, port = self.etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+        out = run(["ip", "netns", "exec", self.network.netns_for(ETCD), sys.executable,
+                   "-c", _ETCD_READ, host.strip("[]"), port, str(pki.ca_cert),
+                   str(pki.client_cert), str(pki.client_key), prefix], timeout=30).stdout
+        return json.loads(out)
+
+    def network_config(self) -> Optional[dict]:
+        """flannel's network config (<prefix>/config) as stored in etcd."""
+        value = self.etcd_values(f"{NETWORK_PREFIX}/config").get(f"{NETWORK_PREFIX}/config")
+        return json.loads(value) if value is not None else None
+
     def status_table(self) -> str:
         lines = [self.controller.format_status(), ""]
         lines.append(f"{'Machine':<8} {'Address':<16} {'Flannel subnet':<18} Pods")
         for name, m in self.machines.items():
-            env = m.read_file("/run/flannel/subnet.env") or b""
-            subnet = next((line.split("=", 1)[1] for line in env.decode().splitlines()
-                           if line.startswith("FLANNEL_SUBNET=")), "-")
+            subnet = self.subnet_env(name).get("FLANNEL_SUBNET", "-")
             pods = ", ".join(f"{p.name}={p.address}" for p in self.pods if p.machine is m) or "-"
             lines.append(f"{name:<8} {m.address or '-':<16} {subnet:<18} {pods}")
         return "\n".join(lines)
+
+
+class Pinger:
+    """Background pings from a pod's namespace (see Cluster.pinging)."""
+
+    def __init__(self, netns: str, address: str, interval: float = 0.5):
+        self.netns, self.address, self.interval = netns, address, interval
+        self.sent = self.answered = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @property
+    def lost(self) -> int:
+        return self.sent - self.answered
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.answered += ping_from_netns(self.netns, self.address, count=1, wait=1.0)
+            except Exception:
+                pass
+            self.sent += 1
+            if self._stop.wait(self.interval):
+                return
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __str__(self) -> str:
+        return f"{self.answered}/{self.sent} echoes to {self.address} answered"
+
+
+def host_leftovers() -> list[str]:
+    """What sandbox runs left on this host: flsb- namespaces, sandbox state
+    directories, etcd / flanneld / machine-holder processes outside the
+    caller's (the host's) network namespace, mounts under the sandbox paths. Whatever
+    belongs to another sandbox whose owner is still alive (a concurrent run
+    by someone else) is theirs, not a leftover."""
+    me = os.getpid()
+
+    def foreign(tag: Optional[str]) -> bool:
+        if not tag or not owner_alive(tag):
+            return False
+        owner = json.loads((state_root() / "owners" / f"{tag}.json").read_text())
+        return owner.get("pid") != me
+
+    found = []
+    foreign_ns = set()
+    for name in list_netns():
+        if not name.startswith(PREFIX):
+            continue
+        if foreign(_tag_of(name)):
+            foreign_ns.add(_ns_id(NETNS_DIR / name))
+        else:
+            found.append(f"network namespace {name}")
+    root = state_root()
+    if root.is_dir():
+        for d in root.iterdir():
+            if d.name.startswith(PREFIX) and not foreign(_tag_of(d.name)):
+                found.append(f"state directory {d}")
+    host_net = _ns_id("/proc/self/ns/net")   # the caller runs in the host's (pid 1 may be hidden)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            comm = open(f"/proc/{entry}/comm").read().strip()
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        net = _ns_id(f"/proc/{entry}/ns/net")
+        ours = comm in ("etcd", "flanneld") or "flsb-holder:" in cmdline
+        if ours and net not in (None, host_net) and net not in foreign_ns:
+            found.append(f"process {entry} {cmdline.strip()[:120]}")
+    try:
+        mounts = open("/proc/self/mountinfo").read().splitlines()
+    except OSError:
+        mounts = []
+    for line in mounts:
+        point = line.split()[4]
+        base = os.path.basename(point)
+        if point.startswith(str(NETNS_DIR / PREFIX)) and foreign(_tag_of(base)):
+            continue
+        if point.startswith(str(NETNS_DIR / PREFIX)) or point.startswith(str(root) + "/"):
+            found.append(f"mount {point}")
+    return found

@@ -1,0 +1,190 @@
+"""Helpers the functional tests share: the user's remove/add scenario (played
+the same way against the charm and against a deliberately broken copy), the
+old charm's stop hook, resource repacking. The sandbox API itself is
+sandbox.cluster; nothing here duplicates it."""
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from sandbox.cluster import WORKER_PLUGINS, Cluster
+
+# Every path the charm installs on a unit (docs/design.md, "Unit paths").
+CHARM_PATHS = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
+               "/etc/cni/net.d/10-flannel.conflist", "/lib/systemd/system/flannel.service",
+               "/etc/ssl/flannel")
+# libcni's error when a plugin a conflist needs is not in CNI_PATH.
+MISSING_PLUGIN = re.compile(r'failed to find plugin "([^"]+)" in path \[/opt/cni/bin\]')
+
+Plugins = dict[str, Optional[bytes]]
+
+
+def plugin_bytes(cluster: Cluster, machine: str) -> Plugins:
+    """The worker's own CNI plugins on `machine`: name -> bytes (None: gone)."""
+    files = cluster.cni_bin(machine)
+    return {name: files.get(name) for name in WORKER_PLUGINS}
+
+
+def all_plugin_bytes(cluster: Cluster) -> dict[str, Plugins]:
+    return {m: plugin_bytes(cluster, m) for m in cluster.machines}
+
+
+def plugin_differences(before: dict[str, Plugins], now: dict[str, Plugins]) -> list[str]:
+    """What differs from `before`, e.g. "m1: bridge deleted"."""
+    out = []
+    for machine, files in before.items():
+        for name, data in files.items():
+            got = now[machine][name]
+            if got is None:
+                out.append(f"{machine}: {name} deleted")
+            elif got != data:
+                out.append(f"{machine}: {name} changed ({len(data or b'')} -> {len(got)} bytes)")
+    return out
+
+
+def deploy_and_wait(cluster: Cluster, charm_dir: Optional[Path] = None, *,
+                    config: Optional[dict] = None, timeout: float = 180) -> dict[str, Plugins]:
+    """Deploy flannel (related to etcd and the worker), wait for active.
+    Returns the worker's plugins as they were before flannel arrived."""
+    before = all_plugin_bytes(cluster)
+    assert all(data for files in before.values() for data in files.values()), \
+        f"the worker did not install its CNI plugins: {before}"
+    cluster.deploy_flannel(config=config, charm_dir=charm_dir)
+    with cluster.timings.phase("flannel becomes active", cluster.say):
+        cluster.wait_for_flannel(timeout=timeout)
+    cluster.say(cluster.status_table())
+    return before
+
+
+@dataclass
+class PodAttempt:
+    machine: str
+    address: Optional[str]
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.machine}: {self.address or 'FAILED: ' + self.error}"
+
+
+@dataclass
+class ScenarioRun:
+    """What the user saw along the remove/add scenario."""
+    plugin_changes: dict[str, list[str]] = field(default_factory=dict)  # step -> differences
+    first_pods: list[PodAttempt] = field(default_factory=list)
+    units_after_remove: list[str] = field(default_factory=list)
+    flanneld_after_remove: dict[str, list[int]] = field(default_factory=dict)
+    readd_status: str = ""   # "" when every unit came back active, else the error
+    new_pods: list[PodAttempt] = field(default_factory=list)
+
+    def all_plugin_changes(self) -> list[str]:
+        return [f"after {step}: {d}" for step, diffs in self.plugin_changes.items() for d in diffs]
+
+
+def _pods(cluster: Cluster) -> list[PodAttempt]:
+    attempts = []
+    for machine in cluster.machines:
+        pod, error = cluster.try_pod(machine)
+        attempts.append(PodAttempt(machine, pod.address if pod else None, error))
+    return attempts
+
+
+def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
+                    say: Callable[[str], None]) -> ScenarioRun:
+    """LP #1866869 from a deployed, active flannel: a pod on each machine,
+    `juju remove-relation flannel:cni kubernetes-worker:cni`, `juju
+    add-relation` again, a new pod on each machine; the worker's plugins are
+    compared with `before` after every step. Records, never asserts."""
+    run = ScenarioRun()
+
+    def compare(step: str) -> None:
+        run.plugin_changes[step] = plugin_differences(before, all_plugin_bytes(cluster))
+
+    compare("deploy")
+    with cluster.timings.phase("a pod on each machine", say):
+        run.first_pods = _pods(cluster)
+    compare("the first pods")
+    with cluster.timings.phase("remove-relation flannel:cni kubernetes-worker:cni", say):
+        cluster.remove_cni_relation()
+    run.units_after_remove = cluster.flannel_units()
+    run.flanneld_after_remove = {m: cluster.flanneld_pids(m) for m in cluster.machines}
+    compare("remove-relation")
+    with cluster.timings.phase("add-relation flannel:cni kubernetes-worker:cni", say):
+        cluster.add_cni_relation()
+        try:
+            cluster.wait_for_flannel(timeout=180)
+        except Exception as error:   # recorded: the caller decides what it means
+            run.readd_status = str(error)
+    compare("add-relation")
+    with cluster.timings.phase("a new pod on each machine", say):
+        run.new_pods = _pods(cluster)
+    compare("the new pods")
+    say(cluster.status_table())
+    return run
+
+
+# The stop handler of the charm before LP #1866869 was fixed: it deleted
+# CNI plugins the worker had installed.
+OLD_STOP_HOOK = '''
+
+# --- appended by tests/functional: the old charm's stop hook (LP #1866869) ---
+import os as _old_os  # noqa: E402
+
+
+@hook("stop")
+def remove_cni_binaries_like_the_old_charm():
+    for _name in ("bridge", "host-local", "flannel"):
+        try:
+            _old_os.remove("/opt/cni/bin/" + _name)
+        except FileNotFoundError:
+            pass
+'''
+
+
+def old_charm_copy(built_charm: Path, dest: Path) -> Path:
+    """A copy of the built charm whose stop hook also deletes the worker's
+    bridge and host-local (and flannel), as the old charm did."""
+    target = dest / "flannel"
+    shutil.copytree(built_charm, target, symlinks=True)
+    handlers = target / "reactive" / "flannel.py"
+    handlers.write_text(handlers.read_text() + OLD_STOP_HOOK)
+    return target
+
+
+def repack_resource(resource: Path, dest: Path, *, extra_member: Optional[str] = None,
+                    flanneld_suffix: bytes = b"") -> Path:
+    """A new flannel-<arch>.tar.gz from `resource`: with an extra member
+    (flanneld unchanged) and/or flanneld with `flanneld_suffix` appended (a
+    "re-stamped" binary: same code, other bytes, still runs)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / resource.name
+    buf = io.BytesIO()
+    with tarfile.open(resource, "r:gz") as src, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as out:
+        for member in src:
+            data = src.extractfile(member).read() if member.isfile() else None
+            if member.name.lstrip("./") == "flanneld" and flanneld_suffix:
+                data += flanneld_suffix
+                member.size = len(data)
+            out.addfile(member, io.BytesIO(data) if data is not None else None)
+        if extra_member:
+            info = tarfile.TarInfo(extra_member)
+            text = f"{extra_member}: added by tests/functional\n".encode()
+            info.size, info.mode = len(text), 0o644
+            out.addfile(info, io.BytesIO(text))
+    target.write_bytes(buf.getvalue())
+    return target
+
+
+def member(resource: Path, name: str) -> bytes:
+    with tarfile.open(resource, "r:gz") as archive:
+        for item in archive:
+            if item.name.lstrip("./") == name:
+                return archive.extractfile(item).read()
+    raise KeyError(name)

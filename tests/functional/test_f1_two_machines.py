@@ -1,0 +1,213 @@
+"""Two kubernetes-worker machines with flannel, shared by this module's tests.
+
+The deployment is made once (module fixture); each test asserts only what it
+changes or observes itself, starting from whatever valid state the previous
+test left (every unit active), so any of them can run alone.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from functional_kit import (all_plugin_bytes, deploy_and_wait, member, play_remove_add,
+                            plugin_differences, repack_resource)
+
+from sandbox.cluster import WORKER_PLUGINS
+
+pytestmark = pytest.mark.functional
+
+MACHINES = ("m1", "m2")
+
+
+@pytest.fixture(scope="module")
+def two(open_cluster):
+    with open_cluster("two machines", workers=2) as cluster:
+        cluster.worker_plugins_before = deploy_and_wait(cluster)
+        yield cluster
+
+
+def pods_everywhere(cluster):
+    """A new pod on each machine (asserting each got an address)."""
+    pods = {}
+    for m in MACHINES:
+        pod, error = cluster.try_pod(m)
+        assert pod is not None, f"a new pod on {m} got no address: {error}"
+        pods[m] = pod
+    return pods
+
+
+def assert_ping_both_ways(a, b):
+    assert a.ping(b.address), f"{a.name} ({a.address}) on {a.machine.name} cannot reach " \
+        f"{b.name} ({b.address}) on {b.machine.name}"
+    assert b.ping(a.address), f"{b.name} ({b.address}) on {b.machine.name} cannot reach " \
+        f"{a.name} ({a.address}) on {a.machine.name}"
+
+
+def subnets(cluster):
+    return {m: cluster.subnet_env(m) for m in MACHINES}
+
+
+# --- 1. the user's scenario (LP #1866869) ----------------------------------------
+
+def test_remove_and_readd_relation_new_pods_get_addresses_and_worker_plugins_kept(two):
+    run = play_remove_add(two, two.worker_plugins_before, two.say)
+
+    assert all(p.address for p in run.first_pods), [str(p) for p in run.first_pods]
+    assert run.units_after_remove == [], "flannel units left after remove-relation"
+    assert run.flanneld_after_remove == {m: [] for m in MACHINES}, \
+        f"flanneld still running after remove-relation: {run.flanneld_after_remove}"
+    assert not run.readd_status, run.readd_status
+    assert all(p.address for p in run.new_pods), \
+        "new pods after add-relation: " + "; ".join(map(str, run.new_pods))
+    assert run.all_plugin_changes() == [], \
+        f"the worker's {', '.join(WORKER_PLUGINS)} changed: {run.all_plugin_changes()}"
+
+
+# --- 3. pod-to-pod traffic across the two machines ---------------------------------------
+
+def test_pods_ping_across_machines_over_vxlan(two):
+    vni = two.network_config()["Backend"].get("VNI", 1)   # 1 unless a test changed it
+    with two.timings.phase("pods ping across machines over vxlan", two.say):
+        for m in MACHINES:
+            links = two.vxlan_links(m)
+            assert list(links) == [f"flannel.{vni}"], \
+                f"{m}: flannel's vxlan devices {links}; all links {two.machines[m].links()}"
+            assert links[f"flannel.{vni}"]["vni"] == vni
+            assert links[f"flannel.{vni}"]["local"] == two.machines[m].address
+        pods = pods_everywhere(two)
+        for m, pod in pods.items():
+            subnet = ipaddress.ip_interface(two.subnet_env(m)["FLANNEL_SUBNET"]).network
+            assert ipaddress.ip_address(pod.address) in subnet, \
+                f"pod {pod.address} on {m} is outside the machine's flannel subnet {subnet}"
+        assert pods["m1"].address != pods["m2"].address
+        assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
+# --- 5. configuration ---------------------------------------------------------------
+
+def test_cidr_change_reaches_etcd_flanneld_and_new_pods_without_reboot(two):
+    current = ipaddress.ip_network(two.network_config()["Network"])
+    new = "10.3.0.0/16" if current != ipaddress.ip_network("10.3.0.0/16") else "10.4.0.0/16"
+    with two.timings.phase(f"juju config flannel cidr={new}", two.say):
+        two.configure(cidr=new)
+        two.wait_for_flannel(timeout=120)
+    assert two.network_config()["Network"] == new
+    for m, env in subnets(two).items():
+        assert env.get("FLANNEL_NETWORK") == new, f"{m} subnet.env: {env}"
+        assert ipaddress.ip_interface(env["FLANNEL_SUBNET"]).network.subnet_of(
+            ipaddress.ip_network(new)), f"{m} subnet.env: {env}"
+    with two.timings.phase("new pods in the new network", two.say):
+        pods = pods_everywhere(two)
+        for m, pod in pods.items():
+            assert ipaddress.ip_address(pod.address) in ipaddress.ip_network(new), \
+                f"pod on {m} got {pod.address}, outside the new cidr {new}"
+        assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
+def test_vni_and_port_change_reach_etcd_and_flanneld(two):
+    backend = two.network_config()["Backend"]
+    vni = 4097 if backend.get("VNI") != 4097 else 4098
+    port = 8999 if backend.get("Port") != 8999 else 9000
+    with two.timings.phase(f"juju config flannel vni={vni} port={port}", two.say):
+        two.configure(vni=vni, port=port)
+        two.wait_for_flannel(timeout=120)
+    backend = two.network_config()["Backend"]
+    assert (backend.get("VNI"), backend.get("Port")) == (vni, port), backend
+    for m in MACHINES:
+        # flanneld names its device after the VNI; the old one must not linger.
+        links = two.vxlan_links(m)
+        assert list(links) == [f"flannel.{vni}"], f"{m}: flannel's vxlan devices {links}"
+        link = links[f"flannel.{vni}"]
+        assert (link["vni"], link["port"]) == (vni, port), f"{m} flannel.{vni}: {link}"
+    with two.timings.phase("new pods over the new vxlan", two.say):
+        pods = pods_everywhere(two)
+        assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
+INVALID = [
+    ({"cidr": "10.1.0.0/33"}, "cidr"),
+    ({"vni": 0}, "vni"),
+    ({"subnet-len": 8}, "subnet-len"),
+]
+
+
+@pytest.mark.parametrize("bad,option", INVALID, ids=[o for _, o in INVALID])
+def test_invalid_config_blocks_and_leaves_network_alone(two, bad, option):
+    settled = two.network_config()
+    assert ipaddress.ip_network(settled["Network"]).prefixlen == 16  # subnet-len 8 is invalid
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    pods = pods_everywhere(two)
+    good = {k: two.controller.config_of("flannel").get(k) for k in bad}
+    values = {k.replace("-", "_"): v for k, v in bad.items()}
+    with two.timings.phase(f"juju config flannel {bad} (invalid)", two.say):
+        two.configure(**values)
+        messages = two.wait_for_flannel(timeout=60, state="blocked")
+    for unit, message in messages.items():
+        assert message.startswith(f"Invalid {option}:"), f"{unit}: {message!r}"
+    assert two.network_config() == settled, "etcd's network config changed"
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+    assert_ping_both_ways(pods["m1"], pods["m2"])
+
+    with two.timings.phase(f"juju config flannel {good} (fixed)", two.say):
+        two.configure(**{k.replace("-", "_"): v for k, v in good.items()})
+        two.wait_for_flannel(timeout=60)
+    assert two.network_config() == settled
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+    assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
+# --- 6. etcd relation, upgrade-charm -------------------------------------------------------
+
+def test_etcd_relation_removed_blocks_and_readded_recovers(two):
+    pods = pods_everywhere(two)
+    with two.timings.phase("remove-relation flannel:etcd etcd:db", two.say):
+        two.remove_etcd_relation()
+        messages = two.wait_for_flannel(timeout=60, state="blocked")
+    assert set(messages.values()) == {"Waiting for etcd relation."}, messages
+    assert_ping_both_ways(pods["m1"], pods["m2"])
+    with two.timings.phase("add-relation flannel:etcd etcd:db", two.say):
+        two.add_etcd_relation()
+        messages = two.wait_for_flannel(timeout=120)
+    assert all(m.startswith("Flannel subnet ") for m in messages.values()), messages
+    new = pods_everywhere(two)
+    assert_ping_both_ways(new["m1"], new["m2"])
+    assert_ping_both_ways(pods["m1"], new["m2"])
+
+
+def test_upgrade_charm_with_new_resource_restarts_flanneld_only_for_a_new_binary(
+        two, built_charm, resource, tmp_path):
+    pods = pods_everywhere(two)
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    assert all(pids.values()), f"flanneld is not running: {pids}"
+
+    # A new resource revision whose flanneld is the same bytes: no restart.
+    same = repack_resource(resource, tmp_path / "same", extra_member="NOTICE")
+    assert same.read_bytes() != resource.read_bytes()
+    with two.timings.phase("upgrade-charm, new resource, same flanneld", two.say), \
+            two.pinging(pods["m1"], pods["m2"].address) as during:
+        two.upgrade_flannel(same, charm_dir=built_charm)
+        two.wait_for_flannel(timeout=120)
+    two.say(f"   while upgrading: {during}")
+    assert during.answered, f"no echo answered during the upgrade: {during}"
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, \
+        "flanneld restarted although its binary did not change"
+
+    # A re-stamped flanneld: the service restarts onto the new binary.
+    restamped = repack_resource(resource, tmp_path / "restamped",
+                                flanneld_suffix=b"\0restamped by tests/functional\n")
+    new_flanneld = member(restamped, "flanneld")
+    with two.timings.phase("upgrade-charm, new resource, re-stamped flanneld", two.say), \
+            two.pinging(pods["m1"], pods["m2"].address) as during:
+        two.upgrade_flannel(restamped, charm_dir=built_charm)
+        two.wait_for_flannel(timeout=120)
+    two.say(f"   while upgrading: {during}")
+    assert during.answered, f"no echo answered during the upgrade: {during}"
+    for m in MACHINES:
+        assert two.machines[m].read_file("/usr/local/bin/flanneld") == new_flanneld, \
+            f"{m} does not run the new flanneld"
+        now = two.flanneld_pids(m)
+        assert now and now != pids[m], f"flanneld on {m} was not restarted: {pids[m]} -> {now}"
+    assert_ping_both_ways(pods["m1"], pods["m2"])
+    new = pods_everywhere(two)
+    assert_ping_both_ways(new["m1"], new["m2"])
+    assert plugin_differences(two.worker_plugins_before, all_plugin_bytes(two)) == []

@@ -1,0 +1,33 @@
+"""The negative control: the user's scenario against a copy of the charm
+whose stop hook deletes the worker's CNI plugins, as the charm did before
+LP #1866869 was fixed. The same checks that pass for the real charm must
+catch it: libcni's own error when the new pod is created, and the byte
+comparison of the worker's plugins."""
+from __future__ import annotations
+
+import pytest
+from functional_kit import MISSING_PLUGIN, deploy_and_wait, old_charm_copy, play_remove_add
+
+pytestmark = pytest.mark.functional
+
+
+def test_old_stop_hook_makes_new_pods_fail_with_libcni_missing_plugin(
+        open_cluster, built_charm, tmp_path):
+    broken = old_charm_copy(built_charm, tmp_path)
+    with open_cluster("negative control", workers=1) as cluster:
+        before = deploy_and_wait(cluster, charm_dir=broken)
+        run = play_remove_add(cluster, before, cluster.say)
+
+    assert all(p.address for p in run.first_pods), [str(p) for p in run.first_pods]
+    assert not run.readd_status, run.readd_status   # flannel itself comes back active ...
+    [new_pod] = run.new_pods
+    assert new_pod.address is None, f"a new pod got {new_pod.address} although bridge is gone"
+    # ... but libcni cannot find the plugin flannel delegates to.
+    missing = MISSING_PLUGIN.search(new_pod.error)
+    assert missing, f"cnitool failed otherwise: {new_pod.error}"
+    assert missing.group(1) in ("bridge", "host-local", "flannel"), missing.group(0)
+    print(f"cnitool, as expected: {missing.group(0)}")
+    # The byte comparison the real charm passes catches the deletion too.
+    assert run.plugin_changes["deploy"] == []
+    assert "m1: bridge deleted" in run.plugin_changes["remove-relation"]
+    assert "m1: host-local deleted" in run.plugin_changes["remove-relation"]
