@@ -211,8 +211,11 @@ class Model:
         return f"{self.local_endpoint(rel, app)['name']}:{rel['id']}"
 
     def valid_for(self, rel: dict, unit: str) -> bool:
-        """Juju's RelationUnit.Valid(): a subordinate unit only takes part in a
-        container-scoped relation with its own principal's application."""
+        """Juju's RelationUnit.Valid(): a subordinate unit takes part in a
+        container-scoped relation with its own principal's application, or
+        with another subordinate application (nrpe-external-master between
+        two subordinates of one principal); container scope then pairs the
+        units on the same machine."""
         rec = self.unit(unit)
         app = rec["app"]
         if app not in (rel["endpoints"][0]["app"], rel["endpoints"][1]["app"]):
@@ -221,7 +224,8 @@ class Model:
             return True
         remote_app = self.remote_endpoint(rel, app)["app"]
         if rec.get("principal"):
-            return self.unit(rec["principal"])["app"] == remote_app
+            return (self.app(remote_app)["subordinate"]
+                    or self.unit(rec["principal"])["app"] == remote_app)
         return True
 
     def participates(self, rel: dict, unit: str) -> bool:
