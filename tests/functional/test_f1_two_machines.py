@@ -174,6 +174,24 @@ def test_etcd_relation_removed_blocks_and_readded_recovers(two):
     assert_ping_both_ways(pods["m1"], new["m2"])
 
 
+def test_new_etcd_client_certificate_is_picked_up_and_flanneld_restarted(two):
+    from sandbox.pki import make_client_cert
+    pods = pods_everywhere(two)
+    before = {m: two.flanneld_pids(m) for m in two.machines}
+    pki = two.etcd.pki
+    cert, key = make_client_cert(two.workdir / "pki", pki.ca_cert, pki.ca_key, name="rotated")
+    with two.timings.phase("etcd publishes a new client certificate", two.say):
+        two.controller.emulated["etcd"].update(client_cert=cert.read_text(),
+                                               client_key=key.read_text())
+        two.settle()
+        messages = two.wait_for_flannel(timeout=60)
+    assert all(m.startswith("Flannel subnet ") for m in messages.values()), messages
+    for name, machine in two.machines.items():
+        assert machine.read_file("/etc/ssl/flannel/client-cert.pem").strip() == cert.read_bytes().strip()
+        assert two.flanneld_pids(name) and two.flanneld_pids(name) != before[name], name
+    assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
 def test_upgrade_charm_with_new_resource_restarts_flanneld_only_for_a_new_binary(
         two, built_charm, resource, tmp_path):
     pods = pods_everywhere(two)
