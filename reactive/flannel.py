@@ -43,6 +43,9 @@ OWN_FLAGS = (INSTALLED, NETWORK_CONFIGURED, SERVICE_RUNNING, CNI_CONFIGURED,
 # Kept in unitdata so a hook that skips a handler still reports its problem.
 PROBLEM_KEY = "flannel.problem."
 DIGEST_KEY = "flannel.service-inputs"
+# The network config etcd was last confirmed to hold: flanneld's inputs are
+# what etcd says, not what the options say before etcd has taken them.
+NETWORK_KEY = "flannel.network-config"
 
 
 def _record() -> InstallRecord:
@@ -54,14 +57,11 @@ def _problem(area: str, message=None) -> None:
 
 
 def _options():
-    """The validated options, or None with the reason kept for the status."""
+    """The validated options, or None (assess_status shows why)."""
     try:
-        options = parse_options(hookenv.config())
-    except InvalidOption as invalid:
-        _problem("config", str(invalid))
+        return parse_options(hookenv.config())
+    except InvalidOption:
         return None
-    _problem("config", None)
-    return options
 
 
 def _etcd_settings(etcd) -> EtcdClientSettings:
@@ -112,13 +112,20 @@ def configure_network():
     try:
         with NetworkStore(_etcd_settings(etcd)) as store:
             ensure_network_config(store, options)
-    except InvalidOption as invalid:
-        _problem("config", str(invalid))
+    except (InvalidOption, EtcdUnavailable) as problem:
+        # A backend change on a running network, or etcd away: flanneld keeps
+        # running as it is until etcd holds what the options ask for.
+        _problem("network", str(problem) if isinstance(problem, InvalidOption) else None)
+        _problem("etcd", problem.reason if isinstance(problem, EtcdUnavailable) else None)
+        clear_flag(NETWORK_CONFIGURED)
         return
-    except EtcdUnavailable as unavailable:
-        _problem("etcd", unavailable.reason)
-        return
+    _problem("network", None)
     _problem("etcd", None)
+    kv = unitdata.kv()
+    confirmed = network_config(options)
+    if kv.get(NETWORK_KEY) != confirmed:
+        kv.set(NETWORK_KEY, confirmed)
+        clear_flag(NETWORK_CONFIGURED)  # a change run_flanneld sees, whatever the order
     set_flag(NETWORK_CONFIGURED)
 
 
@@ -147,17 +154,19 @@ def run_flanneld():
     if record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644):
         host.service("daemon-reload", SERVICE)
         host.service("enable", SERVICE)
+    kv = unitdata.kv()
+    confirmed = kv.get(NETWORK_KEY)
     digest = daemon.inputs_digest(
         (record.checksum(p) for p in (paths.FLANNELD, paths.SERVICE_FILE, files.ca_file,
                                       files.cert_file, files.key_file)),
-        network_config(options))
-    kv = unitdata.kv()
+        confirmed)
     if kv.get(DIGEST_KEY) != digest or not host.service_running(SERVICE):
         hookenv.log("flanneld inputs changed; (re)starting {}".format(SERVICE))
         host.service_stop(SERVICE)
+        network, subnet_len, vni = daemon.network_shape(confirmed)
         forgotten = daemon.forget_old_network(
-            options.cidr, options.subnet_len, paths.SUBNET_ENV,
-            daemon.vxlan_link_name(options.vni) if options.backend == "vxlan" else None)
+            network, subnet_len, paths.SUBNET_ENV,
+            daemon.vxlan_link_name(vni) if vni else None)
         if forgotten:
             hookenv.log("Dropped what the previous network left: {}".format(forgotten))
         host.service_start(SERVICE)
@@ -198,6 +207,7 @@ def remove_flannel():
     kv = unitdata.kv()
     kv.unsetrange(prefix=PROBLEM_KEY)
     kv.unset(DIGEST_KEY)
+    kv.unset(NETWORK_KEY)
     set_flag(STOPPED)
     hookenv.status_set("maintenance", "Flannel removed.")
 
@@ -254,7 +264,7 @@ def assess_status():
     options = None
     try:
         options = parse_options(hookenv.config())
-        config_problem = kv.get(PROBLEM_KEY + "config")
+        config_problem = kv.get(PROBLEM_KEY + "network")
     except InvalidOption as invalid:
         config_problem = str(invalid)
     status = assess(Observations(

@@ -223,3 +223,12 @@ def test_real_bridge_in_a_namespace(tmp_path):
             ["10.3.7.1"]
     finally:
         subprocess.run(["ip", "netns", "delete", netns], check=False)
+
+
+def test_network_shape_reads_what_flanneld_reads():
+    from charms.flannel.daemon import network_shape
+    assert network_shape({"Network": "10.3.0.0/16", "SubnetLen": 26,
+                          "Backend": {"Type": "vxlan", "VNI": 4097}}) == (
+        ipaddress.IPv4Network("10.3.0.0/16"), 26, 4097)
+    assert network_shape({"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}})[1:] == (24, 1)
+    assert network_shape({"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}})[2] is None

@@ -48,6 +48,14 @@ def inputs_digest(checksums: Iterable[Optional[str]], network_config: dict) -> s
     return h.hexdigest()
 
 
+def network_shape(config: dict) -> tuple[ipaddress.IPv4Network, int, Optional[int]]:
+    """(Network, SubnetLen, VNI) of a flannel network config; VNI is None for
+    a backend without a vxlan device. Defaults are flanneld's own."""
+    backend = config.get("Backend") or {}
+    vni = backend.get("VNI", 1) if backend.get("Type", "vxlan") == "vxlan" else None
+    return ipaddress.IPv4Network(config["Network"]), int(config.get("SubnetLen", 24)), vni
+
+
 def vxlan_link_name(vni: int) -> str:
     """The vxlan device flanneld makes for `vni`: flannel.<VNI>."""
     return f"flannel.{vni}"
