@@ -31,25 +31,12 @@ import os
 import subprocess
 from typing import Protocol, runtime_checkable
 
+from sandbox.machine import LSB_RELEASE, OS_RELEASE
+
 DEFAULT_TIMEOUT = 600.0
 
-UBUNTU_OS_RELEASE = """\
-PRETTY_NAME="Ubuntu 22.04.4 LTS"
-NAME="Ubuntu"
-VERSION_ID="22.04"
-VERSION="22.04.4 LTS (Jammy Jellyfish)"
-VERSION_CODENAME=jammy
-ID=ubuntu
-ID_LIKE=debian
-UBUNTU_CODENAME=jammy
-"""
-
-UBUNTU_LSB_RELEASE = """\
-DISTRIB_ID=Ubuntu
-DISTRIB_RELEASE=22.04
-DISTRIB_CODENAME=jammy
-DISTRIB_DESCRIPTION="Ubuntu 22.04.4 LTS"
-"""
+# One Ubuntu identity for every sandbox machine (charmhelpers refuses Debian).
+UBUNTU_OS_RELEASE, UBUNTU_LSB_RELEASE = OS_RELEASE, LSB_RELEASE
 
 
 @runtime_checkable
