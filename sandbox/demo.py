@@ -40,12 +40,15 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
             cluster.wait_for_flannel(timeout=90)
         say(cluster.status_table())
 
-        with cluster.timings.phase("a pod on each machine, ping across the overlay", say):
-            first, second = (cluster.start_pod(m) for m in ("m1", "m2"))
-            check(f"pod {first.name} on m1 got {first.address}", bool(first.address))
-            check(f"pod {second.name} on m2 got {second.address}", bool(second.address))
-            check(f"{first.address} pings {second.address} over vxlan",
-                  first.ping(second.address))
+        def pod_on_each_machine_pings_the_other(phase: str) -> None:
+            with cluster.timings.phase(phase, say):
+                first, second = (cluster.start_pod(m) for m in ("m1", "m2"))
+                check(f"pod {first.name} on m1 got {first.address}", bool(first.address))
+                check(f"pod {second.name} on m2 got {second.address}", bool(second.address))
+                check(f"{first.address} pings {second.address} over vxlan",
+                      first.ping(second.address))
+
+        pod_on_each_machine_pings_the_other("a pod on each machine, ping across the overlay")
 
         with cluster.timings.phase("juju remove-relation flannel:cni kubernetes-worker:cni", say):
             cluster.remove_cni_relation()
@@ -62,11 +65,7 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
             cluster.wait_for_flannel(timeout=90)
         say(cluster.status_table())
 
-        with cluster.timings.phase("new pods after the re-add", say):
-            third, fourth = (cluster.start_pod(m) for m in ("m1", "m2"))
-            check(f"new pod {third.name} on m1 got {third.address}", bool(third.address))
-            check(f"new pod {fourth.name} on m2 got {fourth.address}", bool(fourth.address))
-            check(f"{third.address} pings {fourth.address}", third.ping(fourth.address))
+        pod_on_each_machine_pings_the_other("new pods after the re-add")
         say(cluster.status_table())
         say("")
         say(cluster.timings.table())
