@@ -12,6 +12,7 @@ a hook. Flags (docs/design.md has the table):
   flannel.stopped             the stop hook ran: nothing may install again
                               (Juju runs remove after stop, with no flags left)
 """
+import subprocess
 from pathlib import Path
 
 from charmhelpers.contrib.charmsupport import nrpe
@@ -152,7 +153,8 @@ def run_flanneld():
         ca_file=files.ca_file, cert_file=files.cert_file, key_file=files.key_file,
         iface=options.iface or _binding_interface("cni"))
     if record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644):
-        host.service("daemon-reload", SERVICE)
+        # systemd refuses a unit name here ("Too many arguments").
+        subprocess.check_call(["systemctl", "daemon-reload"])
         host.service("enable", SERVICE)
     kv = unitdata.kv()
     confirmed = kv.get(NETWORK_KEY)
