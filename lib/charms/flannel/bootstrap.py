@@ -404,7 +404,7 @@ def ensure(charm_dir: str, venv_dir: str | None = None) -> str:
                 log.write("FAILED: {}\n".format(str(e).splitlines()[0]))
                 raise
             elapsed = time.monotonic() - started
-            log.write("==== done in {:.1f}s\n".format(elapsed))
+            log.write("==== done in {:.2f}s\n".format(elapsed))
         _hook_tool("juju-log", "-l", "INFO",
                    "flannel bootstrap: installed the wheelhouse into {} in {:.1f}s".format(
                        layout.venv, elapsed))
