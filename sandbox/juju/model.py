@@ -47,6 +47,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 
 STATE_ENV = "JUJU_SANDBOX_STATE"
 CONTEXT_ENV = "JUJU_CONTEXT_ID"
@@ -329,3 +330,8 @@ def parse_relation_id(value: str) -> int:
     if not text.isdigit():
         raise ValueError(value)
     return int(text)
+
+
+def timestamp() -> str:
+    """Juju's status timestamps (UTC, seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

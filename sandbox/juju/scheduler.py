@@ -1,0 +1,432 @@
+"""The hook queue of the emulated controller: what runs next, and running it.
+
+Operations (sandbox.juju.operations) append entries to `queue`; settle()
+runs them until nothing runnable is left.  An entry is a hook for one unit
+({"unit", "op": "hook", "hook", "relation", "remote_unit", "remote_app",
+"departing"}) or a step of the agent's life ("setup", "setup-relations",
+"leader", "enter-scopes", "enter-scope", "deploy-charm", "destroy") that
+expands into hooks or changes the model.
+
+Rules (Juju's): one unit's hooks run one at a time, in the order queued; a
+unit in error runs nothing until resolved; a change notification
+(relation-changed, config-changed, ...) identical to one still pending is
+merged into it; a successful hook's relation settings are committed when it
+exits and queue -relation-changed on the units that see them, a failed
+hook's are discarded.
+
+HookScheduler is a mixin of Controller: it uses the controller's state,
+agent, executors, emulated apps and hook log, and _add_unit() of the
+model operations.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from . import model as _model
+from .agent import HookRun
+from .model import Model, timestamp as _now
+
+
+class SettleError(RuntimeError):
+    """settle() ran out of its hook budget or time (a hook loop?)."""
+
+
+class HookScheduler:
+    """The hook queue and settle() (mixin of Controller)."""
+
+    # ======================================================================
+    # the queue
+    # ======================================================================
+    @staticmethod
+    def _hook_entry(m: Model, unit, rel, kind, remote=None, remote_app=None, departing=None):
+        app = m.unit(unit)["app"]
+        ep = m.local_endpoint(rel, app)["name"]
+        if remote_app is None:
+            remote_app = m.remote_endpoint(rel, app)["app"]
+        return {"unit": unit, "op": "hook", "hook": f"{ep}-relation-{kind}",
+                "relation": rel["id"], "remote_unit": remote, "remote_app": remote_app,
+                "departing": departing}
+
+    COALESCED = ("config-changed", "update-status", "leader-settings-changed")
+
+    def _enqueue(self, entry: dict) -> None:
+        """Append to the queue; a change notification (relation-changed,
+        config-changed, ...) identical to one still pending is merged into it,
+        as Juju does: the pending hook will see the latest data anyway."""
+        entry = dict(entry)
+        hook = entry.get("hook") or ""
+        if entry.get("op") == "hook" and (hook.endswith("-relation-changed") or
+                                          hook in self.COALESCED):
+            keys = ("unit", "op", "hook", "relation", "remote_unit", "remote_app")
+            for e in self.queue:
+                if all(e.get(k) == entry.get(k) for k in keys):
+                    return
+        self.queue.append(entry)
+
+    def _next_entry(self):
+        data = self.state.read()
+        blocked = set()
+        i = 0
+        while i < len(self.queue):
+            e = self.queue[i]
+            u = e["unit"]
+            rec = data["units"].get(u)
+            if rec is None:
+                del self.queue[i]  # the unit is gone
+                continue
+            if u not in blocked and rec["agent"]["status"] != "error":
+                return i, e
+            blocked.add(u)
+            i += 1
+        return None
+
+    def pending(self) -> list[dict]:
+        return [dict(e) for e in self.queue]
+
+    def settle(self, max_hooks: int = 2000, timeout: float | None = None) -> list[HookRun]:
+        """Run queued work until nothing runnable is left (units in error
+        keep their queue).  Returns the hooks run by this call."""
+        start = len(self.hook_log)
+        deadline = time.monotonic() + timeout if timeout else None
+        steps = 0
+        while True:
+            nxt = self._next_entry()
+            if nxt is None:
+                break
+            i, entry = nxt
+            steps += 1
+            if steps > max_hooks * 4 or len(self.hook_log) - start > max_hooks:
+                raise SettleError(f"model did not settle after {max_hooks} hooks; "
+                                  f"next: {entry}")
+            if deadline and time.monotonic() > deadline:
+                raise SettleError(f"model did not settle within {timeout}s; next: {entry}")
+            self._execute(i, entry)
+        self._cleanup()
+        return self.hook_log[start:]
+
+    def _replace(self, i, entry, new_entries):
+        assert self.queue[i] is entry
+        self.queue[i:i + 1] = new_entries
+
+    def _execute(self, i, entry):
+        op = entry["op"]
+        unit = entry["unit"]
+        if op == "setup":
+            with self.state.transaction() as data:
+                m = Model(data)
+                rec = m.unit(unit)
+                rec["phase"] = "setting-up"
+            self._replace(i, entry, [
+                {"unit": unit, "op": "hook", "hook": "install"},
+                {"unit": unit, "op": "setup-relations"},
+                {"unit": unit, "op": "leader"},
+                {"unit": unit, "op": "hook", "hook": "config-changed"},
+                {"unit": unit, "op": "hook", "hook": "start"},
+                {"unit": unit, "op": "enter-scopes"},
+            ])
+        elif op == "setup-relations":
+            m = self.model()
+            new = [self._hook_entry(m, unit, rel, "created") for rel in m.unit_relations(unit)
+                   if rel["life"] == "alive" and unit not in rel["created"]]
+            self._replace(i, entry, new)
+        elif op == "leader":
+            m = self.model()
+            hook = "leader-elected" if m.app(m.unit(unit)["app"])["leader"] == unit \
+                else "leader-settings-changed"
+            self._replace(i, entry, [{"unit": unit, "op": "hook", "hook": hook}])
+        elif op == "enter-scopes":
+            with self.state.transaction() as data:
+                m = Model(data)
+                m.unit(unit)["phase"] = "done"
+                rels = [r["id"] for r in m.unit_relations(unit)
+                        if r["life"] == "alive" and unit in r["created"]]
+            self._replace(i, entry, [{"unit": unit, "op": "enter-scope", "relation": rid}
+                                     for rid in rels])
+        elif op == "enter-scope":
+            del self.queue[i]
+            self._enter_scope(unit, entry["relation"])
+        elif op == "deploy-charm":
+            del self.queue[i]
+            rec = self.unit(unit)
+            app = self.model().app(rec["app"])
+            self._manifests[unit] = self.agent.upgrade_charm(
+                self.executor_for(unit), rec, app["charm-dir"], self._manifests.get(unit, []))
+        elif op == "destroy":
+            del self.queue[i]
+            self._destroy(unit)
+        elif op == "hook":
+            self._run_hook(i, entry)
+        else:  # pragma: no cover
+            raise AssertionError(f"unknown queue op {op}")
+
+    def _enter_scope(self, unit: str, rid: int) -> None:
+        create_sub = []
+        with self.state.transaction() as data:
+            m = Model(data)
+            rel = data["relations"].get(str(rid))
+            rec = data["units"].get(unit)
+            if rel is None or rec is None or rel["life"] != "alive" or rec["life"] != "alive":
+                return
+            if not m.participates(rel, unit) or unit in rel["scope-units"]:
+                return
+            rel["scope-units"].append(unit)
+            addr = m.unit_address(unit)
+            bag = rel["unit-data"].setdefault(unit, {})
+            if addr:
+                bag.setdefault("private-address", addr)
+                bag.setdefault("ingress-address", addr)
+                bag.setdefault("egress-subnets", f"{addr}/32")
+            for v in self._counterparts(m, rel, unit):
+                self._enqueue(self._hook_entry(m, v, rel, "joined", remote=unit))
+                self._enqueue(self._hook_entry(m, v, rel, "changed", remote=unit))
+                self._enqueue(self._hook_entry(m, unit, rel, "joined", remote=v))
+                self._enqueue(self._hook_entry(m, unit, rel, "changed", remote=v))
+            app = m.app(rec["app"])
+            remote = m.app(m.remote_endpoint(rel, rec["app"])["app"])
+            if rel["scope"] == "container" and not app["subordinate"] and remote["subordinate"]:
+                have = [u for u, r in data["units"].items()
+                        if r["app"] == remote["name"] and r.get("principal") == unit
+                        and r["life"] == "alive"]
+                if not have:
+                    create_sub.append((remote["name"], rec["machine"], unit))
+        for sub_app, mid, principal in create_sub:
+            self._add_unit(sub_app, mid, principal=principal)
+
+    @staticmethod
+    def _counterparts(m: Model, rel: dict, unit: str) -> list[str]:
+        rec = m.unit(unit)
+        remote_app = m.remote_endpoint(rel, rec["app"])["app"]
+        out = []
+        for other in rel["scope-units"]:
+            orec = m.data["units"].get(other)
+            if orec is None or other == unit or orec["app"] != remote_app or \
+                    orec["life"] != "alive":
+                continue
+            if rel["scope"] == "container" and orec.get("machine") != rec.get("machine"):
+                continue
+            out.append(other)
+        return sorted(out, key=_model.unit_sort_key)
+
+    # -- running one hook ------------------------------------------------------------
+    def _run_hook(self, i: int, entry: dict) -> None:
+        unit = entry["unit"]
+        hook = entry["hook"]
+        rid = entry.get("relation")
+        kind = hook.rsplit("-relation-", 1)[1] if "-relation-" in hook else None
+        context_id = f"{unit}-{hook}-{uuid.uuid4().int % 10**18}"
+        with self.state.transaction() as data:
+            m = Model(data)
+            rec = m.unit(unit)
+            rel = data["relations"].get(str(rid)) if rid is not None else None
+            remote = entry.get("remote_unit")
+            if kind is not None:
+                if rel is None:
+                    del self.queue[i]
+                    return
+                members = rel["members"].setdefault(unit, [])
+                if kind == "joined":
+                    if remote not in rel["scope-units"]:
+                        del self.queue[i]  # it left before we saw it join
+                        return
+                    if remote not in members:
+                        members.append(remote)
+                elif kind == "changed" and remote is not None and remote not in members:
+                    del self.queue[i]
+                    return
+                elif kind == "departed" and remote in members:
+                    members.remove(remote)
+            data["contexts"][context_id] = {
+                "unit": unit, "hook": hook, "relation-id": rid,
+                "remote-unit": remote, "remote-app": entry.get("remote_app"),
+                "writes": {}, "app-version": None, "ports": {"open": [], "close": []},
+            }
+            if hook == "install" and not rec["workload"].get("set-by-charm"):
+                rec["workload"] = {"status": "maintenance", "message": "installing charm software",
+                                   "set-by-charm": False, "since": _now()}
+            rec["agent"] = {"status": "executing", "message": f"running {hook} hook",
+                            "failed-hook": None, "since": _now()}
+            app = m.app(rec["app"])
+            leader_before = dict(app.get("leader-settings", {}))
+            rel_env = {}
+            if rel is not None:
+                ep = m.local_endpoint(rel, rec["app"])["name"]
+                rel_env = {"JUJU_RELATION": ep, "JUJU_RELATION_ID": f"{ep}:{rid}",
+                           "JUJU_REMOTE_UNIT": remote or "",
+                           "JUJU_REMOTE_APP": entry.get("remote_app") or "",
+                           "JUJU_DEPARTING_UNIT": entry.get("departing") or ""}
+            snapshot = {"model": dict(data["model"])}
+        seq = next(self._seq)
+        if app["kind"] == "emulated":
+            run = self._run_emulated(unit, hook, context_id, rel_env, seq, entry)
+        else:
+            run = self.agent.run_hook(self.executor_for(unit), snapshot, rec, hook,
+                                      context_id, rel_env, seq)
+        ok = run.exit_code in (0, None)
+        with self.state.transaction() as data:
+            m = Model(data)
+            ctx = data["contexts"].pop(context_id, None)
+            rec = m.unit(unit)
+            if ok:
+                self._commit(m, unit, ctx)
+                self._after_hook(m, entry, ok=True)
+                rec["agent"] = {"status": "idle", "message": "", "failed-hook": None,
+                                "since": _now()}
+            else:
+                rec["agent"] = {"status": "error", "message": f'hook failed: "{hook}"',
+                                "failed-hook": hook, "since": _now()}
+            app = m.app(rec["app"])
+            if app.get("leader-settings", {}) != leader_before:
+                for u in m.units_of(rec["app"]):
+                    urec = m.unit(u)
+                    if u != unit and urec["life"] == "alive" and urec["phase"] != "pending":
+                        self._enqueue({"unit": u, "op": "hook", "hook": "leader-settings-changed"})
+        if ok and self.queue and i < len(self.queue) and self.queue[i] is entry:
+            del self.queue[i]
+        elif ok and entry in self.queue:
+            self.queue.remove(entry)
+        self.hook_log.append(run)
+        with open(self.hooks_log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(run.as_dict()) + "\n")
+
+    def _run_emulated(self, unit, hook, context_id, rel_env, seq, entry) -> HookRun:
+        from .apps import HookContext
+        obj = self.emulated[self.unit(unit)["app"]]
+        ctx = HookContext(self, unit, hook, context_id, entry)
+        t0 = time.monotonic()
+        started = time.time()
+        rc, err = 0, ""
+        try:
+            obj.dispatch(ctx)
+        except Exception as e:  # noqa: BLE001  (an emulated hook failing = hook error)
+            import traceback
+            rc, err = 1, "".join(traceback.format_exception(e))
+        return HookRun(seq=seq, unit=unit, hook=hook, exit_code=rc,
+                       duration=time.monotonic() - t0,
+                       relation_id=rel_env.get("JUJU_RELATION_ID"),
+                       remote_unit=rel_env.get("JUJU_REMOTE_UNIT") or None,
+                       remote_app=rel_env.get("JUJU_REMOTE_APP") or None,
+                       departing_unit=rel_env.get("JUJU_DEPARTING_UNIT") or None,
+                       emulated=True, stderr_tail=err[-4000:], started_at=started)
+
+    def _commit(self, m: Model, unit: str, ctx: dict | None) -> None:
+        """Apply a successful hook's buffered changes and queue the
+        relation-changed hooks they cause."""
+        if not ctx:
+            return
+        rec = m.unit(unit)
+        app = rec["app"]
+        for rid_s, writes in ctx.get("writes", {}).items():
+            rel = m.data["relations"].get(rid_s)
+            if rel is None:
+                continue
+            if writes.get("unit"):
+                bag = rel["unit-data"].setdefault(unit, {})
+                before = dict(bag)
+                apply_changes(bag, writes["unit"])
+                if bag != before:
+                    for w, mem in rel["members"].items():
+                        if unit in mem and w in m.data["units"] and w != unit:
+                            self._enqueue(self._hook_entry(m, w, rel, "changed", remote=unit))
+            if writes.get("app"):
+                bag = rel["app-data"].setdefault(app, {})
+                before = dict(bag)
+                apply_changes(bag, writes["app"])
+                if bag != before and rel["life"] == "alive":
+                    remote_app = m.remote_endpoint(rel, app)["app"]
+                    for w in rel["scope-units"]:
+                        wrec = m.data["units"].get(w)
+                        if wrec and wrec["app"] == remote_app and (
+                                rel["scope"] != "container" or wrec["machine"] == rec["machine"]):
+                            self._enqueue(self._hook_entry(m, w, rel, "changed", remote=None,
+                                                           remote_app=app))
+        if ctx.get("app-version") is not None:
+            m.app(app)["version"] = ctx["app-version"]
+        ports = ctx.get("ports") or {}
+        opened = rec.setdefault("opened-ports", [])
+        for p in ports.get("open", []):
+            if p not in opened:
+                opened.append(p)
+        for p in ports.get("close", []):
+            if p in opened:
+                opened.remove(p)
+
+    def _after_hook(self, m: Model, entry: dict, ok: bool) -> None:
+        unit = entry["unit"]
+        hook = entry.get("hook", "")
+        rec = m.data["units"].get(unit)
+        if rec is None:
+            return
+        rel = None
+        if entry.get("relation") is not None:
+            rel = m.data["relations"].get(str(entry["relation"]))
+        if hook == "install":
+            rec["installed"] = True
+            if not rec["workload"].get("set-by-charm"):
+                rec["workload"] = {"status": "unknown", "message": "", "set-by-charm": False,
+                                   "since": _now()}
+        elif hook == "start":
+            rec["started"] = True
+        elif hook.endswith("-relation-created") and rel is not None:
+            if unit not in rel["created"]:
+                rel["created"].append(unit)
+        elif hook.endswith("-relation-broken") and rel is not None:
+            rel["members"].pop(unit, None)
+            if rel["life"] == "alive":
+                if unit not in rel["left"]:
+                    rel["left"].append(unit)
+            else:
+                if unit in rel["pending-broken"]:
+                    rel["pending-broken"].remove(unit)
+                if not rel["pending-broken"]:
+                    del m.data["relations"][str(rel["id"])]
+
+    def _destroy(self, unit: str) -> None:
+        m = self.model()
+        rec = m.unit(unit)
+        if rec["agent-dir"]:
+            self.agent.remove_unit_files(self.executor_for(unit), rec)
+        elect = None
+        with self.state.transaction() as data:
+            m = Model(data)
+            app = m.app(rec["app"])
+            del data["units"][unit]
+            for rel in data["relations"].values():
+                rel["members"].pop(unit, None)
+                if unit in rel["scope-units"]:
+                    rel["scope-units"].remove(unit)
+                if unit in rel["pending-broken"]:
+                    rel["pending-broken"].remove(unit)
+            for rid in [k for k, r in data["relations"].items()
+                        if r["life"] != "alive" and not r["pending-broken"]]:
+                del data["relations"][rid]
+            if app.get("leader") == unit:
+                app["leader"] = None
+                cands = [u for u in m.units_of(app["name"]) if m.unit(u)["life"] == "alive"]
+                if cands:
+                    app["leader"] = cands[0]
+                    if m.unit(cands[0])["phase"] != "pending":
+                        elect = cands[0]
+        self._manifests.pop(unit, None)
+        if elect:
+            self._enqueue({"unit": elect, "op": "hook", "hook": "leader-elected"})
+
+    def _cleanup(self) -> None:
+        """Forget databags of units that are gone and that no queued hook
+        can still read (departed hooks may read a departing unit's data)."""
+        referenced = {e.get("remote_unit") for e in self.queue}
+        with self.state.transaction() as data:
+            for rel in data["relations"].values():
+                for u in list(rel["unit-data"]):
+                    if u not in data["units"] and u not in referenced:
+                        del rel["unit-data"][u]
+
+
+def apply_changes(bag: dict, changes: dict) -> None:
+    for k, v in changes.items():
+        if v is None or v == "":
+            bag.pop(k, None)
+        else:
+            bag[k] = v
