@@ -337,6 +337,13 @@ class Cluster:
         m = self.machines[machine]
         return {name: m.read_file(f"/opt/cni/bin/{name}") for name in (m.ls("/opt/cni/bin") or [])}
 
+    def default_conflist_link(self, machine: str) -> Optional[str]:
+        """Where /etc/cni/net.d/01-default.conflist points on `machine` (the
+        control plane's link to the CNI's conflist), None if it is no link."""
+        cp = self.machines[machine].run(["readlink", "/etc/cni/net.d/01-default.conflist"],
+                                        check=False)
+        return cp.stdout.strip() or None if cp.returncode == 0 else None
+
     def subnet_env(self, machine: str) -> dict[str, str]:
         """/run/flannel/subnet.env on `machine` as {VARIABLE: value} ({} if absent)."""
         text = (self.machines[machine].read_file(SUBNET_ENV) or b"").decode()
