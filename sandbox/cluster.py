@@ -1,6 +1,9 @@
 """A whole sandbox cluster: the small API the main command and the tests share.
 
     with Cluster(charm_dir, resource, workers=2) as cluster:   # up() / down()
+        # worker_generation="reactive" (the worker of LP #1866869, the default)
+        # or "ops" (today's); control_plane=True adds a kubernetes-control-plane
+        # machine ("cp", ops) related to etcd and, with flannel, to flannel:cni.
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
         cluster.wait_for_flannel()            # update-status until every unit is active
         pod = cluster.start_pod("m1")         # a real netns attached with cnitool
@@ -14,9 +17,12 @@
     host_leftovers() lists what sandbox runs left on the host.
 
 Real parts: a test network of namespaces, Debian's etcd with client TLS in a
-namespace of its own, one machine (net + mount namespaces) per worker running
-the built charm's hooks, flanneld under systemctl, pods via cnitool. Emulated:
-Juju only (sandbox.juju): the controller, the etcd charm and kubernetes-worker.
+namespace of its own, one machine (net + mount namespaces) per worker (and for
+the control plane) running the built charm's hooks, flanneld under systemctl,
+pods via cnitool. Emulated: Juju only (sandbox.juju): the controller, the etcd
+charm, kubernetes-worker and kubernetes-control-plane (sandbox.juju.principals
+for today's ops charms, sandbox.juju.apps.KubernetesWorkerApp for the reactive
+worker of the bug report).
 """
 from __future__ import annotations
 
@@ -32,7 +38,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from sandbox.etcd import EtcdServer
-from sandbox.juju import Controller, EtcdApp, KubernetesWorkerApp
+from sandbox.juju import (Controller, EtcdApp, KubernetesWorkerApp, OpsKubernetesControlPlaneApp,
+                          OpsKubernetesWorkerApp)
 from sandbox.machine import Machine
 from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
                              list_netns, owner_alive, ping_from_netns, run, state_root)
@@ -42,11 +49,17 @@ from sandbox.resource import host_arch
 
 FLANNEL = "flannel"
 WORKER = "kubernetes-worker"
+CONTROL_PLANE = "kubernetes-control-plane"
+CONTROL_PLANE_MACHINE = "cp"
 ETCD = "etcd"
 CNI_RELATION = ("flannel:cni", "kubernetes-worker:cni")
+CONTROL_PLANE_CNI_RELATION = ("flannel:cni", "kubernetes-control-plane:cni")
+CONTROL_PLANE_ETCD_RELATION = ("kubernetes-control-plane:etcd", "etcd:db")
 ETCD_RELATION = ("flannel:etcd", "etcd:db")
-# What kubernetes-worker ships in /opt/cni/bin (Debian's containernetworking-plugins).
+# What the reactive kubernetes-worker copies into /opt/cni/bin (Debian's
+# containernetworking-plugins); the ops principals extract every plugin there.
 WORKER_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+WORKER_GENERATIONS = ("reactive", "ops")
 NETWORK_PREFIX = "/coreos.com/network"
 SUBNET_ENV = "/run/flannel/subnet.env"
 
@@ -104,11 +117,17 @@ class Timings:
 
 class Cluster:
     def __init__(self, charm_dir: Path, resource: Path, *, workers: int = 2,
+                 worker_generation: str = "reactive", control_plane: bool = False,
                  say: Callable[[str], None] = lambda _: None,
                  workdir: Optional[Path] = None):
+        if worker_generation not in WORKER_GENERATIONS:
+            raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
+                             f"not {worker_generation!r}")
         self.charm_dir = Path(charm_dir)
         self.resource = Path(resource)
         self.worker_count = workers
+        self.worker_generation = worker_generation
+        self.with_control_plane = control_plane
         self.say = say
         self.timings = Timings()
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="flannel-sandbox-")
@@ -118,7 +137,8 @@ class Cluster:
         self.machines: dict[str, Machine] = {}
         self.machine_ids: dict[str, str] = {}
         self.controller: Optional[Controller] = None
-        self.worker_app: Optional[KubernetesWorkerApp] = None
+        self.worker_app = None            # KubernetesWorkerApp or OpsKubernetesWorkerApp
+        self.control_plane_app: Optional[OpsKubernetesControlPlaneApp] = None
         self.pods: list[Pod] = []
         self._pod_serial = 0
 
@@ -141,18 +161,48 @@ class Cluster:
             pki = make_pki(self.workdir / "pki", server_ips=[etcd_ns.address])
             self.etcd = EtcdServer(self.workdir / "etcd", pki, host=etcd_ns.address,
                                    netns=self.network.netns_for(ETCD)).start()
-            for n in range(1, self.worker_count + 1):
-                machine = Machine(f"m{n}", self.network).start()
+            names = [CONTROL_PLANE_MACHINE] if self.with_control_plane else []
+            names += [f"m{n}" for n in range(1, self.worker_count + 1)]
+            for name in names:
+                machine = Machine(name, self.network).start()
                 self.machines[machine.name] = machine
-        with self.timings.phase("deploy etcd and kubernetes-worker", self.say):
+        principals = f"{self.worker_generation} kubernetes-worker" + (
+            " and kubernetes-control-plane" if self.with_control_plane else "")
+        with self.timings.phase(f"deploy etcd, {principals}", self.say):
             self.controller = Controller(self.workdir / "model")
             for name, machine in self.machines.items():
                 self.machine_ids[name] = self.controller.add_sandbox_machine(machine)
             self.controller.deploy(EtcdApp.from_server(self.etcd))
-            self.worker_app = KubernetesWorkerApp()
-            self.controller.deploy(self.worker_app, to=list(self.machine_ids.values()))
+            self.worker_app = (OpsKubernetesWorkerApp() if self.worker_generation == "ops"
+                               else KubernetesWorkerApp())
+            self.controller.deploy(self.worker_app, to=[
+                self.machine_ids[m] for m in self.worker_machines()])
+            if self.with_control_plane:
+                self.control_plane_app = OpsKubernetesControlPlaneApp()
+                self.controller.deploy(self.control_plane_app,
+                                       to=[self.machine_ids[CONTROL_PLANE_MACHINE]])
+                self.controller.add_relation(*CONTROL_PLANE_ETCD_RELATION)
             self.controller.settle()
         return self
+
+    def worker_machines(self) -> list[str]:
+        return [m for m in self.machines if m != CONTROL_PLANE_MACHINE]
+
+    def principal_app(self, machine: str):
+        """The emulated principal on `machine` (worker or control plane)."""
+        if machine == CONTROL_PLANE_MACHINE and self.control_plane_app is not None:
+            return self.control_plane_app
+        return self.worker_app
+
+    def principal_plugins(self, machine: str) -> tuple[str, ...]:
+        """The CNI plugins the principal on `machine` puts in /opt/cni/bin."""
+        return tuple(self.principal_app(machine).plugins)
+
+    def principal_units(self) -> list[str]:
+        units = self.controller.units(WORKER)
+        if self.control_plane_app is not None:
+            units += self.controller.units(CONTROL_PLANE)
+        return units
 
     def down(self) -> None:
         for pod in self.pods:
@@ -184,6 +234,8 @@ class Cluster:
                                    resources={self.resource_name: resource or self.resource})
             self.controller.add_relation(*ETCD_RELATION)
             self.controller.add_relation(*CNI_RELATION)
+            if self.control_plane_app is not None:
+                self.controller.add_relation(*CONTROL_PLANE_CNI_RELATION)
             self.settle()
 
     @property
@@ -284,6 +336,13 @@ class Cluster:
     def cni_bin(self, machine: str) -> dict[str, bytes]:
         m = self.machines[machine]
         return {name: m.read_file(f"/opt/cni/bin/{name}") for name in (m.ls("/opt/cni/bin") or [])}
+
+    def default_conflist_link(self, machine: str) -> Optional[str]:
+        """Where /etc/cni/net.d/01-default.conflist points on `machine` (the
+        control plane's link to the CNI's conflist), None if it is no link."""
+        cp = self.machines[machine].run(["readlink", "/etc/cni/net.d/01-default.conflist"],
+                                        check=False)
+        return cp.stdout.strip() or None if cp.returncode == 0 else None
 
     def subnet_env(self, machine: str) -> dict[str, str]:
         """/run/flannel/subnet.env on `machine` as {VARIABLE: value} ({} if absent)."""

@@ -1,9 +1,12 @@
 """The user's scenario, played end to end in the sandbox (the README's main job).
 
-Deploy flannel on two kubernetes-worker machines, start a pod on each and
-ping one from the other across flannel's vxlan; then remove and re-add the
-flannel/kubernetes-worker relation (LP #1866869) and show that new pods run
-and that the worker's CNI plugins are still in /opt/cni/bin.
+Deploy flannel as Charmed Kubernetes does, on a kubernetes-control-plane
+machine and two kubernetes-worker machines (today's ops principals by default,
+`--worker-generation reactive` for the worker of the bug report); show every
+principal and flannel unit active; start a pod on each machine and ping across
+flannel's vxlan; then remove and re-add the flannel/kubernetes-worker relation
+(LP #1866869) and show that the workers' CNI plugins are untouched, the
+control plane's flannel carried on, and new pods get addresses and ping.
 """
 from __future__ import annotations
 
@@ -12,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from sandbox.cluster import WORKER_PLUGINS, Cluster, ClusterError
+from sandbox.cluster import (CONTROL_PLANE_MACHINE, FLANNEL, WORKER_GENERATIONS, Cluster,
+                             ClusterError)
+
+CNI_CONF_FILE = "10-flannel.conflist"
 
 
 def _interrupt_on_sigterm() -> None:
@@ -23,7 +29,8 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, raise_interrupt)
 
 
-def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) -> bool:
+def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print, *,
+         worker_generation: str = "ops") -> bool:
     """Returns True when every step behaved as a user expects."""
     _interrupt_on_sigterm()
     ok = True
@@ -33,39 +40,66 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
         ok &= good
         say(f"   [{'ok' if good else 'FAILED'}] {what}")
 
-    with Cluster(charm_dir, resource, workers=2, say=say) as cluster:
-        worker_files = {m: cluster.cni_bin(m) for m in cluster.machines}
+    with Cluster(charm_dir, resource, workers=2, worker_generation=worker_generation,
+                 control_plane=True, say=say) as cluster:
+        cp = CONTROL_PLANE_MACHINE
+        workers = cluster.worker_machines()
+        plugins_before = {m: cluster.cni_bin(m) for m in cluster.machines}
         cluster.deploy_flannel()
         with cluster.timings.phase("flannel negotiates subnets", say):
-            cluster.wait_for_flannel(timeout=90)
+            cluster.wait_for_flannel(timeout=120)
         say(cluster.status_table())
 
-        def pod_on_each_machine_pings_the_other(phase: str) -> None:
+        def everything_active() -> None:
+            for unit in cluster.principal_units() + cluster.flannel_units():
+                status, message = cluster.workload(unit)
+                check(f"{unit}: {status} {message}", status == "active")
+
+        everything_active()
+        check(f"{cp}: /etc/cni/net.d/01-default.conflist -> {CNI_CONF_FILE}",
+              cluster.default_conflist_link(cp) == CNI_CONF_FILE)
+        network = cluster.network_config()["Network"]
+        check(f"{cp}: the control plane's cluster cidr is flannel's {network}",
+              cluster.control_plane_app.cluster_cidr(cluster.machines[cp]) == network)
+
+        def pods_ping_across(phase: str) -> None:
             with cluster.timings.phase(phase, say):
-                first, second = (cluster.start_pod(m) for m in ("m1", "m2"))
-                check(f"pod {first.name} on m1 got {first.address}", bool(first.address))
-                check(f"pod {second.name} on m2 got {second.address}", bool(second.address))
-                check(f"{first.address} pings {second.address} over vxlan",
-                      first.ping(second.address))
+                pods = {m: cluster.start_pod(m) for m in cluster.machines}
+                for m, pod in pods.items():
+                    check(f"pod {pod.name} on {m} got {pod.address}", bool(pod.address))
+                for a, b in ((workers[0], workers[1]), (workers[1], cp), (cp, workers[0])):
+                    check(f"{pods[a].address} ({a}) pings {pods[b].address} ({b}) over vxlan",
+                          pods[a].ping(pods[b].address))
 
-        pod_on_each_machine_pings_the_other("a pod on each machine, ping across the overlay")
+        pods_ping_across("a pod on each machine, ping across the overlay")
 
+        cp_flannel = cluster.unit_on(cp)
+        cp_flanneld = cluster.flanneld_pids(cp)
         with cluster.timings.phase("juju remove-relation flannel:cni kubernetes-worker:cni", say):
             cluster.remove_cni_relation()
-            check("no flannel units left", not cluster.flannel_units())
-            for m in cluster.machines:
-                check(f"{m}: no flanneld running", not cluster.machines[m].pids_of("flanneld"))
+            check(f"only {cp_flannel} is left", cluster.flannel_units() == [cp_flannel])
+            for m in workers:
+                machine = cluster.machines[m]
+                check(f"{m}: no flanneld running", not machine.pids_of("flanneld"))
+                check(f"{m}: flannel's own /opt/cni/bin/flannel removed",
+                      not machine.exists("/opt/cni/bin/flannel"))
                 kept = cluster.cni_bin(m)
-                check(f"{m}: worker's {', '.join(WORKER_PLUGINS)} untouched in /opt/cni/bin",
-                      all(kept.get(p) == worker_files[m][p] for p in WORKER_PLUGINS))
+                names = cluster.principal_plugins(m)
+                check(f"{m}: the worker's {len(names)} plugins ({', '.join(names[:4])}, ...) "
+                      "untouched in /opt/cni/bin",
+                      all(kept.get(p) == plugins_before[m][p] for p in names))
+            check(f"{cp}: flanneld carried on", cluster.flanneld_pids(cp) == cp_flanneld)
         say(cluster.status_table())
 
         with cluster.timings.phase("juju add-relation flannel:cni kubernetes-worker:cni", say):
             cluster.add_cni_relation()
-            cluster.wait_for_flannel(timeout=90)
-        say(cluster.status_table())
-
-        pod_on_each_machine_pings_the_other("new pods after the re-add")
+            cluster.wait_for_flannel(timeout=120)
+        everything_active()
+        for m in cluster.machines:
+            names = cluster.principal_plugins(m)
+            check(f"{m}: {len(names)} principal plugins and flannel's in /opt/cni/bin",
+                  set(names) | {FLANNEL} <= set(cluster.cni_bin(m)))
+        pods_ping_across("new pods after the re-add")
         say(cluster.status_table())
         say("")
         say(cluster.timings.table())
@@ -81,11 +115,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--charm", type=Path, required=True, help="the built charm directory")
     parser.add_argument("--resource", type=Path,
                         help="flannel-<arch>.tar.gz (default: build it with go install)")
+    parser.add_argument("--worker-generation", choices=WORKER_GENERATIONS, default="ops",
+                        help="today's ops kubernetes-worker (default) or the reactive one "
+                             "of the bug report")
     args = parser.parse_args(argv)
     resource = args.resource or build_resource(host_arch(), Path(args.charm).parent,
                                                progress=print)
     try:
-        ok = play(args.charm, resource)
+        ok = play(args.charm, resource, worker_generation=args.worker_generation)
     except ClusterError as error:
         print(f"demo failed: {error}", file=sys.stderr)
         return 1

@@ -5,7 +5,9 @@
     ctl = Controller(state_dir)                       # a fresh model
     m0 = ctl.add_machine(machine_or_executor, address="10.0.0.5", cidr="10.0.0.0/24")
     ctl.deploy(EtcdApp.from_server(etcd))             # emulated, no machine
-    ctl.deploy(KubernetesWorkerApp(), to=[m0])        # emulated principal on m0
+    ctl.deploy(KubernetesWorkerApp(), to=[m0])        # emulated principal on m0 (the
+                                                      # reactive worker of LP #1866869;
+                                                      # OpsKubernetesWorkerApp: today's)
     ctl.deploy("flannel", charm_dir, resources={"flannel-amd64": tarball})
     ctl.add_relation("flannel:etcd", "etcd:db")
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")   # creates flannel/0 on m0
@@ -22,10 +24,12 @@ from .apps import (EmulatedApp, EtcdApp, HookContext, KubernetesControlPlaneApp,
 from .controller import Controller, SettleError
 from .executors import Executor, LocalExecutor, MachineExecutor, UnshareExecutor
 from .model import Model, ModelError, StateFile
+from .principals import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp
 
 __all__ = [
     "Controller", "SettleError", "HookRun", "default_python",
     "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp", "KubernetesControlPlaneApp",
+    "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp",
     "Executor", "LocalExecutor", "MachineExecutor", "UnshareExecutor",
     "Model", "ModelError", "StateFile",
 ]

@@ -132,15 +132,16 @@ def resource(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def open_cluster(built_charm, resource):
-    """open_cluster(label, workers=N) -> a context manager giving a started
-    sandbox Cluster (etcd and kubernetes-worker deployed, no flannel yet);
-    its phase timings go into the session summary."""
+    """open_cluster(label, workers=N, **options) -> a context manager giving a
+    started sandbox Cluster (etcd and kubernetes-worker deployed, no flannel
+    yet; options as Cluster's: worker_generation="reactive"|"ops",
+    control_plane=True); its phase timings go into the session summary."""
     from sandbox.cluster import Cluster
 
     @contextlib.contextmanager
-    def opener(label: str, workers: int):
+    def opener(label: str, workers: int, **options):
         cluster = Cluster(built_charm, resource, workers=workers,
-                          say=lambda text: say(f"[{label}] {text}"))
+                          say=lambda text: say(f"[{label}] {text}"), **options)
         CLUSTER_TIMINGS.append((label, cluster.timings))
         with cluster:
             yield cluster

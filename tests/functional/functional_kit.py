@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from sandbox.cluster import WORKER_PLUGINS, Cluster
+from sandbox.cluster import Cluster
 
 # Every path the charm installs on a unit (docs/design.md, "Unit paths").
 CHARM_PATHS = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
@@ -26,9 +26,10 @@ Plugins = dict[str, Optional[bytes]]
 
 
 def plugin_bytes(cluster: Cluster, machine: str) -> Plugins:
-    """The worker's own CNI plugins on `machine`: name -> bytes (None: gone)."""
+    """The principal's own CNI plugins on `machine` (the reactive worker's
+    four, the ops principals' whole set): name -> bytes (None: gone)."""
     files = cluster.cni_bin(machine)
-    return {name: files.get(name) for name in WORKER_PLUGINS}
+    return {name: files.get(name) for name in cluster.principal_plugins(machine)}
 
 
 def all_plugin_bytes(cluster: Cluster) -> dict[str, Plugins]:

@@ -1,8 +1,11 @@
 """Two kubernetes-worker machines with flannel, shared by this module's tests.
 
-The deployment is made once (module fixture); each test asserts only what it
-changes or observes itself, starting from whatever valid state the previous
-test left (every unit active), so any of them can run alone.
+The deployment is made once (module fixture `two`, the reactive worker of the
+bug report); each test asserts only what it changes or observes itself,
+starting from whatever valid state the previous test left (every unit
+active), so any of them can run alone. The user's scenario also runs against
+today's ops worker (fixture `two_ops`), which re-extracts its plugins in
+nearly every hook.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 from functional_kit import (all_plugin_bytes, deploy_and_wait, member, play_remove_add,
                             plugin_differences, repack_resource)
 
-from sandbox.cluster import WORKER_PLUGINS
+from sandbox.cluster import WORKER_GENERATIONS
 
 pytestmark = pytest.mark.functional
 
@@ -24,6 +27,17 @@ def two(open_cluster):
     with open_cluster("two machines", workers=2) as cluster:
         cluster.worker_plugins_before = deploy_and_wait(cluster)
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def two_ops(open_cluster):
+    with open_cluster("two machines, ops worker", workers=2, worker_generation="ops") as cluster:
+        cluster.worker_plugins_before = deploy_and_wait(cluster)
+        yield cluster
+
+
+def with_worker(request, generation):
+    return request.getfixturevalue({"reactive": "two", "ops": "two_ops"}[generation])
 
 
 def pods_everywhere(cluster):
@@ -49,7 +63,10 @@ def subnets(cluster):
 
 # --- 1. the user's scenario (LP #1866869) ----------------------------------------
 
-def test_remove_and_readd_relation_new_pods_get_addresses_and_worker_plugins_kept(two):
+@pytest.mark.parametrize("generation", WORKER_GENERATIONS)
+def test_remove_and_readd_relation_new_pods_get_addresses_and_worker_plugins_kept(
+        request, generation):
+    two = with_worker(request, generation)
     run = play_remove_add(two, two.worker_plugins_before, two.say)
 
     assert all(p.address for p in run.first_pods), [str(p) for p in run.first_pods]
@@ -60,7 +77,41 @@ def test_remove_and_readd_relation_new_pods_get_addresses_and_worker_plugins_kep
     assert all(p.address for p in run.new_pods), \
         "new pods after add-relation: " + "; ".join(map(str, run.new_pods))
     assert run.all_plugin_changes() == [], \
-        f"the worker's {', '.join(WORKER_PLUGINS)} changed: {run.all_plugin_changes()}"
+        f"the worker's plugins changed: {run.all_plugin_changes()}"
+
+
+# --- 2. today's worker re-extracts its plugins in nearly every hook ---------------------
+
+def test_ops_worker_re_extracting_its_plugins_leaves_flannels_plugin_alone(two_ops, resource):
+    """The ops worker untars its cni-plugins resource over /opt/cni/bin in
+    every hook but update-status: flannel's /opt/cni/bin/flannel (not in that
+    tarball) survives untouched, the worker's own files stay the worker's,
+    flannel stays active and new pods work."""
+    worker = two_ops.worker_app
+    flannel_plugin = member(resource, "cni-plugin/flannel")
+    stat = {m: two_ops.machines[m].path_on_host("/opt/cni/bin/flannel").stat() for m in MACHINES}
+    for m in MACHINES:
+        assert two_ops.machines[m].read_file("/opt/cni/bin/flannel") == flannel_plugin, m
+    before = len(worker.extractions)
+    with two_ops.timings.phase("the ops worker reconciles (hooks on every worker unit)",
+                               two_ops.say):
+        for hook in ("config-changed", "leader-settings-changed", "upgrade-charm"):
+            worker.fire(hook)
+            two_ops.settle()
+        two_ops.wait_for_flannel(timeout=60)
+    extracted = [hook for _unit, hook in worker.extractions[before:]]
+    assert extracted.count("config-changed") == len(MACHINES), extracted
+    assert extracted.count("upgrade-charm") == len(MACHINES), extracted
+    for m in MACHINES:
+        path = two_ops.machines[m].path_on_host("/opt/cni/bin/flannel")
+        assert two_ops.machines[m].read_file("/opt/cni/bin/flannel") == flannel_plugin, m
+        now = path.stat()
+        assert (now.st_ino, now.st_mtime_ns, now.st_mode) == \
+            (stat[m].st_ino, stat[m].st_mtime_ns, stat[m].st_mode), \
+            f"{m}: the worker's extraction touched /opt/cni/bin/flannel"
+    assert plugin_differences(two_ops.worker_plugins_before, all_plugin_bytes(two_ops)) == []
+    pods = pods_everywhere(two_ops)
+    assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
 # --- 3. pod-to-pod traffic across the two machines ---------------------------------------

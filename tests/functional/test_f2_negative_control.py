@@ -1,8 +1,15 @@
 """The negative control: the user's scenario against a copy of the charm
 whose stop hook deletes the worker's CNI plugins, as the charm did before
-LP #1866869 was fixed. The same checks that pass for the real charm must
-catch it: libcni's own error when the new pod is created, and the byte
-comparison of the worker's plugins."""
+LP #1866869 was fixed.
+
+Against the reactive worker of the bug report (it copied its plugins once),
+the same checks that pass for the real charm must catch it: libcni's own
+error when the new pod is created, and the byte comparison of the worker's
+plugins. Against today's ops worker the old charm's damage does not last:
+the worker extracts its plugins again in its next hook (the relation's own
+departed/broken hooks, at the latest the add-relation's), so new pods work
+and the plugins are back byte for byte; this is why the bug report needed the
+worker of its era."""
 from __future__ import annotations
 
 import pytest
@@ -31,3 +38,23 @@ def test_old_stop_hook_makes_new_pods_fail_with_libcni_missing_plugin(
     assert run.plugin_changes["deploy"] == []
     assert "m1: bridge deleted" in run.plugin_changes["remove-relation"]
     assert "m1: host-local deleted" in run.plugin_changes["remove-relation"]
+
+
+def test_old_stop_hook_against_todays_worker_is_healed_by_its_next_reconcile(
+        open_cluster, built_charm, tmp_path):
+    broken = old_charm_copy(built_charm, tmp_path)
+    with open_cluster("negative control, ops worker", workers=1,
+                      worker_generation="ops") as cluster:
+        before = deploy_and_wait(cluster, charm_dir=broken)
+        worker = cluster.worker_app
+        run = play_remove_add(cluster, before, cluster.say)
+        hooks = [hook for _unit, hook in worker.extractions]
+
+    cluster.say(f"after remove-relation: {run.plugin_changes['remove-relation'] or 'unchanged'}")
+    assert all(p.address for p in run.first_pods), [str(p) for p in run.first_pods]
+    assert not run.readd_status, run.readd_status
+    [new_pod] = run.new_pods
+    assert new_pod.address, f"a new pod got no address: {new_pod.error}"
+    assert run.plugin_changes["add-relation"] == []
+    assert run.plugin_changes["the new pods"] == []
+    assert "cni-relation-broken" in hooks, f"the worker did not reconcile on the removal: {hooks}"

@@ -95,3 +95,36 @@ def test_charms_reactive_on_two_machines(world, machines):
     for unit, m in zip(("kubernetes-worker/0", "kubernetes-worker/1"), machines):
         (sub,) = st[unit]["subordinates"].values()
         assert sub["workload-status"] == {"current": "active", "message": f"ready on {m.address}"}
+
+
+def test_ops_principals_extract_debians_plugins_inside_their_machines(world, machines):
+    """Today's worker and control plane untar their cni-plugins resource (the
+    whole Debian set, no flannel) into their own machine's /opt/cni/bin, in
+    every hook; the host's /opt/cni/bin and the other machine see nothing."""
+    from sandbox.juju import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp
+
+    def host_bin():
+        return sorted(os.listdir("/opt/cni/bin")) if os.path.isdir("/opt/cni/bin") else None
+
+    ctl = world.ctl
+    host_before = host_bin()
+    worker_machine, cp_machine = machines
+    worker, cp = OpsKubernetesWorkerApp(), OpsKubernetesControlPlaneApp()
+    ctl.deploy(worker, to=[ctl.add_sandbox_machine(worker_machine)])
+    ctl.deploy(cp, to=[ctl.add_sandbox_machine(cp_machine)])
+    runs = ctl.settle()
+    assert all(r.ok for r in runs), [(r.unit, r.hook, r.stderr_tail) for r in runs if not r.ok]
+    debian = sorted(n for n in os.listdir("/usr/lib/cni") if n != "flannel")
+    for m in machines:
+        assert sorted(m.ls("/opt/cni/bin")) == debian, m.name
+        for name in debian:
+            with open(f"/usr/lib/cni/{name}", "rb") as f:
+                assert m.read_file(f"/opt/cni/bin/{name}") == f.read(), name
+    assert host_bin() == host_before
+    assert [h for _u, h in worker.extractions] == ["install", "leader-elected",
+                                                   "config-changed", "start"]
+    status = ctl.status()["applications"]
+    assert status["kubernetes-worker"]["units"]["kubernetes-worker/0"]["workload-status"] == \
+        {"current": "blocked", "message": "Missing CNI Integration"}
+    assert status["kubernetes-control-plane"]["units"]["kubernetes-control-plane/0"][
+        "workload-status"] == {"current": "waiting", "message": "Waiting for etcd"}

@@ -1,0 +1,291 @@
+"""Today's principals, as their own source behaves (charmed-kubernetes'
+charm-kubernetes-worker and charm-kubernetes-control-plane, ops charms).
+
+Both run one reconcile function on every hook (charms.reconciler): on
+update-status only when the last reconcile did not finish.  A reconcile goes
+step by step and stops at the first step that is not ready, whose blocked or
+waiting status the unit then shows; a reconcile that finishes leaves the unit
+active "Ready".  The first step, before anything else, extracts the
+`cni-plugins` resource (containernetworking plugins v1.x: bridge, host-local,
+loopback, portmap, bandwidth, firewall, tuning, vrf, ...; no flannel) into
+the machine's /opt/cni/bin with `tar -xzf RESOURCE -C /opt/cni/bin
+--no-same-owner`: in nearly every hook the plugins are written again.
+
+On `cni` (interface kubernetes-cni, container scope) they read `cidr` and
+`cni-conf-file` from the alphabetically first CNI application related (or
+the `default-cni` option), and publish on every cni relation, once the steps
+before it are ready: `image-registry`, `kubeconfig-hash` (sha256 of the
+kubeconfig) and, from the control plane, `service-cidr`.
+
+    kubernetes-worker: blocked "Missing CNI Integration" when there is no cni
+        relation at all; does not wait for `cidr`.
+    kubernetes-control-plane: waits for etcd; symlinks
+        /etc/cni/net.d/01-default.<ext> to `cni-conf-file` (after removing any
+        01-default.*); blocked "Missing CNI relation or config" until
+        `cni-conf-file` arrives; uses `cidr` as the cluster cidr (written to
+        CLUSTER_ARGS).
+
+What Charmed Kubernetes has beside them (certificates, kube-control,
+container runtime) is taken as ready; tests make a step not ready with
+`ca_ready = False` / `kube_control_ready = False` and fire a hook.  The
+kubeconfig lives at KUBECONFIG, not /root/.kube/config: /root on sandbox
+machines is the host's own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import time
+
+from .apps import EmulatedApp, HookContext
+
+CNI_BIN = "/opt/cni/bin"
+CNI_NET_D = "/etc/cni/net.d"
+DEFAULT_CONF_STEM = "01-default"
+# Stands for /root/.kube/config (see the module docstring).
+KUBECONFIG = "/etc/kubernetes/kubeconfig"
+# The control plane's kube-controller-manager arguments that come from the CNI.
+CLUSTER_ARGS = "/etc/kubernetes/kube-controller-manager.args"
+DEBIAN_PLUGINS = "/usr/lib/cni"
+IMAGE_REGISTRY = "rocks.canonical.com:443/cdk"
+SERVICE_CIDR = "10.152.183.0/24"
+
+
+class NotReady(Exception):
+    """A reconcile step is not ready: the unit shows `status` and the
+    reconcile stops there (contextual_status.on_error + ReconcilerError)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def plugin_set(plugin_dir: str = DEBIAN_PLUGINS) -> tuple[str, ...]:
+    """The plugins a cni-plugins resource built from `plugin_dir` holds:
+    every executable file there but flannel (it left containernetworking in
+    v1.0.0)."""
+    names = []
+    for name in sorted(os.listdir(plugin_dir)):
+        path = os.path.join(plugin_dir, name)
+        if name != "flannel" and os.path.isfile(path) and os.access(path, os.X_OK):
+            names.append(name)
+    return tuple(names)
+
+
+def build_cni_plugins_resource(plugin_dir: str, plugins, dest: str) -> str:
+    """A cni-plugins tarball (members ./NAME, mode 0755, owned by 1001 as
+    upstream's release tarballs are, so --no-same-owner matters) at `dest`."""
+    buf = io.BytesIO()
+    # compresslevel 1: seconds faster per deployment than 9, for no purpose here
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        for name in plugins:
+            with open(os.path.join(plugin_dir, name), "rb") as f:
+                data = f.read()
+            info = tarfile.TarInfo("./" + name)
+            info.size, info.mode, info.uid, info.gid = len(data), 0o755, 1001, 127
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with open(dest, "wb") as f:
+        f.write(buf.getvalue())
+    return dest
+
+
+class OpsPrincipal(EmulatedApp):
+    """What the ops worker and control plane share: the reconcile loop, the
+    plugin extraction and the cni provides side."""
+
+    endpoints = {"cni": {"interface": "kubernetes-cni", "role": "provides",
+                         "scope": "container"}}
+
+    def __init__(self, name: str, *, plugin_dir: str = DEBIAN_PLUGINS, plugins=None):
+        super().__init__(name)
+        self.plugin_dir = plugin_dir
+        self.plugins = tuple(plugins) if plugins is not None else plugin_set(plugin_dir)
+        self.resource: str | None = None
+        self.ca_ready = True
+        self.kube_control_ready = True
+        self.reconciled: dict[str, bool] = {}          # unit -> last reconcile finished
+        self.extractions: list[tuple[str, str]] = []   # (unit, hook) that extracted
+
+    def attach(self, controller) -> None:
+        super().attach(controller)
+        self.resource = build_cni_plugins_resource(
+            self.plugin_dir, self.plugins,
+            os.path.join(controller.state_dir, "resources", self.name, "cni-plugins.tgz"))
+
+    # -- the reconciler ------------------------------------------------------------
+    def dispatch(self, ctx: HookContext) -> None:
+        self.events.append((ctx.unit, ctx.hook, ctx.remote_unit))
+        if ctx.hook == "update-status" and self.reconciled.get(ctx.unit):
+            return
+        self.reconciled[ctx.unit] = False
+        try:
+            self.reconcile(ctx)
+        except NotReady as step:
+            ctx.log(f"reconcile stopped: {step.message}")
+            ctx.status_set(step.status, step.message)
+            return
+        self.reconciled[ctx.unit] = True
+        ctx.status_set("active", "Ready")
+
+    def reconcile(self, ctx: HookContext) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- steps both share ------------------------------------------------------------
+    def install_cni_binaries(self, ctx: HookContext) -> None:
+        dest = ctx.executor.machine_path(CNI_BIN)
+        ctx.run(["/bin/sh", "-c", 'mkdir -p "$1" && exec tar -xzf "$2" -C "$1" --no-same-owner',
+                 "sh", dest, self.resource])
+        self.extractions.append((ctx.unit, ctx.hook))
+
+    def require_certificates(self) -> None:
+        if not self.ca_ready:
+            raise NotReady("waiting", "Waiting for certificate authority")
+
+    def write_kubeconfig(self, ctx: HookContext, server: str) -> None:
+        text = (f"apiVersion: v1\nkind: Config\nclusters:\n- name: juju-cluster\n"
+                f"  cluster: {{server: '{server}'}}\nusers:\n- name: {ctx.unit}\n")
+        self._write(ctx, KUBECONFIG, text.encode(), mode=0o600)
+
+    def kubeconfig_hash(self, ctx: HookContext) -> str:
+        """sha256 of the kubeconfig, "" while there is none (hash_file)."""
+        data = self._read(ctx, KUBECONFIG)
+        return hashlib.sha256(data).hexdigest() if data is not None else ""
+
+    def cni_relations(self, ctx: HookContext) -> list[int]:
+        # ops leaves a relation out of Model.relations in its own
+        # relation-broken hook, whatever relation-ids says.
+        rids = ctx.relation_ids("cni")
+        if ctx.kind == "broken" and ctx.endpoint == "cni":
+            rids = [r for r in rids if r != int(ctx.relation_id)]
+        return rids
+
+    def default_cni_relation(self, ctx: HookContext, default_cni: str = "") -> int | None:
+        m = ctx.model()
+        by_app = sorted((m.remote_endpoint(m.relation(rid), self.name)["app"], rid)
+                        for rid in self.cni_relations(ctx))
+        if default_cni:
+            by_app = [(app, rid) for app, rid in by_app if app == default_cni]
+        return by_app[0][1] if by_app else None
+
+    def cni_value(self, ctx: HookContext, key: str, default_cni: str = "") -> str | None:
+        """`cidr` or `cni-conf-file` from the default CNI's units (the first
+        that has it), None without one."""
+        rid = self.default_cni_relation(ctx, default_cni)
+        if rid is None:
+            return None
+        for unit in ctx.relation_units(rid):
+            value = ctx.relation_get(unit=unit, rid=rid).get(key)
+            if value:
+                return value
+        return None
+
+    def publish(self, ctx: HookContext, values: dict) -> None:
+        for rid in self.cni_relations(ctx):
+            ctx.relation_set(rid=rid, **values)
+
+    def set_default_cni_conf_file(self, ctx: HookContext, conf_file: str | None) -> None:
+        """Remove any 01-default.*; with a conf file, symlink
+        01-default.<ext> -> it (relative, in /etc/cni/net.d)."""
+        script = ('set -e; d=$1; mkdir -p -m 0700 "$d"; rm -f "$d"/01-default.*; '
+                  'if [ -n "$2" ]; then ln -s "$2" "$d/01-default.${2##*.}"; fi')
+        ctx.run(["/bin/sh", "-c", script, "sh", ctx.executor.machine_path(CNI_NET_D),
+                 conf_file or ""])
+
+    # -- files on the unit's machine ----------------------------------------------------
+    def _write(self, ctx: HookContext, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = ctx.executor.machine_path(path)
+        ctx.run(["/bin/sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1" && chmod "$2" "$1"',
+                 "sh", target, f"{mode:o}"], input=data)
+
+    def _read(self, ctx: HookContext, path: str) -> bytes | None:
+        cp = ctx.run(["cat", ctx.executor.machine_path(path)], check=False)
+        return cp.stdout if cp.returncode == 0 else None
+
+
+class OpsKubernetesWorkerApp(OpsPrincipal):
+    """kubernetes-worker as an ops charm (2023 on): reconcile = extract the
+    plugins, certificates, kubeconfigs (kube-control), then the CNI step."""
+
+    charm_name = "kubernetes-worker"
+    generation = "ops"
+
+    def __init__(self, name: str = "kubernetes-worker", *, image_registry: str = IMAGE_REGISTRY,
+                 api_server: str = "https://10.152.183.1:443", **kw):
+        super().__init__(name, **kw)
+        self.image_registry = image_registry   # what kube-control passes on
+        self.api_server = api_server
+
+    def reconcile(self, ctx: HookContext) -> None:
+        self.install_cni_binaries(ctx)
+        self.require_certificates()
+        if not self.kube_control_ready:
+            raise NotReady("waiting", "Waiting for kube-control relation")
+        self.write_kubeconfig(ctx, self.api_server)
+        if self.default_cni_relation(ctx) is None:
+            raise NotReady("blocked", "Missing CNI Integration")
+        self.publish(ctx, {"image-registry": self.image_registry,
+                           "kubeconfig-hash": self.kubeconfig_hash(ctx)})
+        # kube-control's default-cni is "" unless set on the control plane:
+        # the worker then only clears 01-default.*.
+        self.set_default_cni_conf_file(ctx, None)
+
+
+class OpsKubernetesControlPlaneApp(OpsPrincipal):
+    """kubernetes-control-plane as an ops charm: reconcile = extract the
+    plugins, etcd, certificates, kubeconfigs, the apiserver/controller-manager
+    with the CNI's cidr, then the CNI step."""
+
+    charm_name = "kubernetes-control-plane"
+    generation = "ops"
+    endpoints = {
+        "cni": {"interface": "kubernetes-cni", "role": "provides", "scope": "container"},
+        "etcd": {"interface": "etcd", "role": "requires", "scope": "global"},
+    }
+    config_defaults = {"image-registry": IMAGE_REGISTRY, "service-cidr": SERVICE_CIDR,
+                       "default-cni": ""}
+
+    def __init__(self, name: str = "kubernetes-control-plane", **kw):
+        super().__init__(name, **kw)
+
+    def reconcile(self, ctx: HookContext) -> None:
+        config = ctx.config()
+        self.install_cni_binaries(ctx)
+        self.require_etcd(ctx)
+        self.require_certificates()
+        self.write_kubeconfig(ctx, f"https://{ctx.address()}:6443")
+        cidr = self.cni_value(ctx, "cidr", config.get("default-cni") or "")
+        self._write(ctx, CLUSTER_ARGS,
+                    f"--cluster-cidr={cidr or ''}\n"
+                    f"--service-cluster-ip-range={config['service-cidr']}\n".encode())
+        self.publish(ctx, {"image-registry": config["image-registry"],
+                           "kubeconfig-hash": self.kubeconfig_hash(ctx),
+                           "service-cidr": config["service-cidr"]})
+        conf_file = self.cni_value(ctx, "cni-conf-file", config.get("default-cni") or "")
+        self.set_default_cni_conf_file(ctx, conf_file)
+        if not conf_file:
+            raise NotReady("blocked", "Missing CNI relation or config")
+
+    def require_etcd(self, ctx: HookContext) -> None:
+        keys = ("connection_string", "client_ca", "client_cert", "client_key")
+        for rid in ctx.relation_ids("etcd"):
+            if ctx.kind == "broken" and ctx.endpoint == "etcd" and rid == int(ctx.relation_id):
+                continue
+            for unit in ctx.relation_units(rid):
+                data = ctx.relation_get(unit=unit, rid=rid)
+                if all(data.get(k) for k in keys):
+                    return
+        raise NotReady("waiting", "Waiting for etcd")
+
+    def cluster_cidr(self, machine) -> str | None:
+        """--cluster-cidr as written on `machine` (a sandbox Machine)."""
+        text = (machine.read_file(CLUSTER_ARGS) or b"").decode()
+        for line in text.splitlines():
+            if line.startswith("--cluster-cidr="):
+                return line.split("=", 1)[1] or None
+        return None
