@@ -11,6 +11,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 BACKENDS = ("vxlan", "host-gw")
 # flanneld's own rules (CheckNetworkConfig in flannel's pkg/subnet/config.go,
@@ -121,6 +122,21 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
     return NetworkOptions(
         cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface
     )
+
+
+def network_config(options: NetworkOptions) -> dict[str, Any]:
+    """The JSON flanneld reads from <prefix>/config. Here rather than in
+    network.py so that a hook can compare it without importing etcd3gw."""
+    backend: dict[str, Any] = {"Type": options.backend}
+    if options.backend == "vxlan":
+        backend["VNI"] = options.vni
+        if options.port:  # absent = the kernel's default port
+            backend["Port"] = options.port
+    return {
+        "Network": str(options.cidr),
+        "SubnetLen": options.subnet_len,
+        "Backend": backend,
+    }
 
 
 def _quoted(value: object) -> str:
