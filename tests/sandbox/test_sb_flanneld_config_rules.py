@@ -153,8 +153,13 @@ def flanneld_verdict(node: dict, config: dict, timeout: float = 30.0) -> tuple[b
             time.sleep(0.1)
         raise AssertionError(f"flanneld gave no verdict in {timeout}s:\n{text[-2000:]}")
     finally:
+        # The verdict is in; flanneld's graceful shutdown can lag on a busy host.
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def charm_verdict(options: dict) -> tuple[bool, str]:
