@@ -12,20 +12,22 @@ a hook. Flags (docs/design.md has the table):
   flannel.stopped             the stop hook ran: nothing may install again
                               (Juju runs remove after stop, with no flags left)
 """
+import hashlib
+import json
 import subprocess
 from pathlib import Path
 
-from charmhelpers.contrib.charmsupport import nrpe
 from charmhelpers.core import hookenv, host, unitdata
 from charms.reactive import (clear_flag, endpoint_from_flag, endpoint_from_name,
                              hook, is_flag_set, set_flag, when, when_not)
 
-from charms.flannel import daemon, paths, render, resource
+# Light modules only: an idle hook (update-status) must not pay for jinja2,
+# etcd3gw/requests/TLS or charmhelpers' nrpe; handlers that need them import
+# render, network and nrpe when their inputs changed.
+from charms.flannel import cni, daemon, paths, resource
 from charms.flannel.credentials import client_files, write_client_credentials
 from charms.flannel.install_record import InstallRecord
-from charms.flannel.network import (EtcdClientSettings, EtcdUnavailable, NetworkStore,
-                                    ensure_network_config, network_config)
-from charms.flannel.options import InvalidOption, parse_options
+from charms.flannel.options import InvalidOption, network_config, parse_options
 from charms.flannel.status import Observations, assess
 from charms.flannel.subnet import read_subnet_env
 
@@ -47,6 +49,25 @@ DIGEST_KEY = "flannel.service-inputs"
 # The network config etcd was last confirmed to hold: flanneld's inputs are
 # what etcd says, not what the options say before etcd has taken them.
 NETWORK_KEY = "flannel.network-config"
+# What each handler last acted on (a digest of its inputs): a handler whose
+# inputs are unchanged and whose flag is set has nothing to do.
+NETWORK_INPUTS_KEY = "flannel.network-inputs"
+UNIT_FILE_INPUTS_KEY = "flannel.unit-file-inputs"
+CNI_INPUTS_KEY = "flannel.cni-inputs"
+NRPE_INPUTS_KEY = "flannel.nrpe-inputs"
+# The unit file's checksum systemd last loaded (daemon-reload): a hook that
+# died after writing the file and before reloading reloads on retry.
+UNIT_FILE_LOADED_KEY = "flannel.unit-file-loaded"
+# The etcd this unit last wrote to, for the stop hook's lease release (the
+# relation may be gone by then; the client files are still on disk).
+ETCD_ENDPOINTS_KEY = "flannel.etcd-endpoints"
+# network-get's answer, asked again on any hook but update-status.
+BINDING_KEY = "flannel.binding-interface"
+# The workload status last set: status-set only when it changes.
+STATUS_KEY = "flannel.status"
+# The charm config as the last hook but update-status read it: Juju runs
+# config-changed for every change, so an idle hook need not ask again.
+CONFIG_KEY = "flannel.config"
 
 
 def _record() -> InstallRecord:
@@ -54,21 +75,63 @@ def _record() -> InstallRecord:
 
 
 def _problem(area: str, message=None) -> None:
-    unitdata.kv().set(PROBLEM_KEY + area, message)
+    kv = unitdata.kv()
+    if kv.get(PROBLEM_KEY + area) != message:
+        kv.set(PROBLEM_KEY + area, message)
+
+
+def _digest(*inputs) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _unchanged(key: str, digest: str) -> bool:
+    return unitdata.kv().get(key) == digest
+
+
+_service_active = None
+
+
+def _flanneld_active() -> bool:
+    """`systemctl is-active flannel`, asked once per hook."""
+    global _service_active
+    if _service_active is None:
+        _service_active = host.service_running(SERVICE)
+    return _service_active
+
+
+def _forget_service_state() -> None:
+    global _service_active
+    _service_active = None
+
+
+def _idle_hook() -> bool:
+    return hookenv.hook_name() == "update-status"
+
+
+def _config() -> dict:
+    kv = unitdata.kv()
+    if _idle_hook() and kv.get(CONFIG_KEY) is not None:
+        return kv.get(CONFIG_KEY)
+    config = dict(hookenv.config())
+    if kv.get(CONFIG_KEY) != config:
+        kv.set(CONFIG_KEY, config)
+    return config
 
 
 def _options():
     """The validated options, or None (assess_status shows why)."""
     try:
-        return parse_options(hookenv.config())
+        return parse_options(_config())
     except InvalidOption:
         return None
 
 
-def _etcd_settings(etcd) -> EtcdClientSettings:
+def _etcd_settings(etcd, connection_string=None, timeout: float = 5.0):
+    from charms.flannel.network import EtcdClientSettings
     files = client_files()
     return EtcdClientSettings.from_connection_string(
-        etcd.connection_string(), str(files.ca_file), str(files.cert_file), str(files.key_file))
+        connection_string if etcd is None else etcd.connection_string(),
+        str(files.ca_file), str(files.cert_file), str(files.key_file), timeout=timeout)
 
 
 @hook("install")
@@ -91,6 +154,7 @@ def install_flannel():
     version = daemon.flanneld_version(paths.FLANNELD)
     if version:
         hookenv.application_version_set(version)
+    clear_flag(SERVICE_RUNNING)  # a new flanneld restarts it (run_flanneld's digest)
     set_flag(INSTALLED)
 
 
@@ -102,11 +166,12 @@ def reinstall_on_upgrade():
 
 
 @when(INSTALLED, "etcd.available", "etcd.tls.available")
-@when_not(SERIES_UPGRADE)
+@when_not(NETWORK_CONFIGURED, SERIES_UPGRADE)
 def configure_network():
     options = _options()
     if options is None:
         return  # blocked; etcd and the running flanneld are left as they were
+    from charms.flannel.network import EtcdUnavailable, NetworkStore, ensure_network_config
     etcd = endpoint_from_flag("etcd.available")
     # A change here reaches flanneld through run_flanneld's input digest.
     write_client_credentials(_record(), *etcd.client_credentials())
@@ -115,10 +180,10 @@ def configure_network():
             ensure_network_config(store, options)
     except (InvalidOption, EtcdUnavailable) as problem:
         # A backend change on a running network, or etcd away: flanneld keeps
-        # running as it is until etcd holds what the options ask for.
+        # running as it is until etcd holds what the options ask for (and
+        # this handler tries again in the next hook).
         _problem("network", str(problem) if isinstance(problem, InvalidOption) else None)
         _problem("etcd", problem.reason if isinstance(problem, EtcdUnavailable) else None)
-        clear_flag(NETWORK_CONFIGURED)
         return
     _problem("network", None)
     _problem("etcd", None)
@@ -126,7 +191,11 @@ def configure_network():
     confirmed = network_config(options)
     if kv.get(NETWORK_KEY) != confirmed:
         kv.set(NETWORK_KEY, confirmed)
-        clear_flag(NETWORK_CONFIGURED)  # a change run_flanneld sees, whatever the order
+        clear_flag(CNI_CONFIGURED)  # the principal must hear of the new network
+    kv.set(ETCD_ENDPOINTS_KEY, etcd.connection_string())
+    kv.set(NETWORK_INPUTS_KEY, _network_inputs(options, etcd))
+    # flanneld's digest (credentials, network) decides whether it restarts.
+    clear_flag(SERVICE_RUNNING)
     set_flag(NETWORK_CONFIGURED)
 
 
@@ -139,30 +208,37 @@ def forget_network():
 
 
 @when(INSTALLED, NETWORK_CONFIGURED, "etcd.available")
-@when_not(SERIES_UPGRADE)
+@when_not(SERVICE_RUNNING, SERIES_UPGRADE)
 def run_flanneld():
     options = _options()
     if options is None:
         return
+    if options.iface and not daemon.interface_exists(options.iface):
+        # Checked before anything restarts: a flanneld started on a missing
+        # interface fails, and the node loses its overlay.
+        _problem("iface", str(InvalidOption(
+            "iface", f'"{options.iface}" is not an interface or address of this machine')))
+        return
+    _problem("iface", None)
     etcd = endpoint_from_flag("etcd.available")
     files = client_files()
     record = _record()
-    unit_file = render.render_service(
-        Path(hookenv.charm_dir()) / "templates",
-        endpoints=etcd.connection_string(),
-        ca_file=files.ca_file, cert_file=files.cert_file, key_file=files.key_file,
-        iface=options.iface or _binding_interface("cni"))
-    if record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644):
-        # systemd refuses a unit name here ("Too many arguments").
+    _install_unit_file(record, options, etcd)
+    kv = unitdata.kv()
+    loaded = record.checksum(paths.SERVICE_FILE)
+    if kv.get(UNIT_FILE_LOADED_KEY) != loaded:
+        # Keyed on what systemd last loaded, not on this hook having written
+        # the file: a hook that died in between still reloads on retry.
+        # (systemd refuses a unit name here: "Too many arguments".)
         subprocess.check_call(["systemctl", "daemon-reload"])
         host.service("enable", SERVICE)
-    kv = unitdata.kv()
+        kv.set(UNIT_FILE_LOADED_KEY, loaded)
     confirmed = kv.get(NETWORK_KEY)
     digest = daemon.inputs_digest(
         (record.checksum(p) for p in (paths.FLANNELD, paths.SERVICE_FILE, files.ca_file,
                                       files.cert_file, files.key_file)),
         confirmed)
-    if kv.get(DIGEST_KEY) != digest or not host.service_running(SERVICE):
+    if kv.get(DIGEST_KEY) != digest or not _flanneld_active():
         hookenv.log("flanneld inputs changed; (re)starting {}".format(SERVICE))
         host.service_stop(SERVICE)
         network, subnet_len, vni = daemon.network_shape(confirmed)
@@ -172,20 +248,43 @@ def run_flanneld():
         if forgotten:
             hookenv.log("Dropped what the previous network left: {}".format(forgotten))
         host.service_start(SERVICE)
+        _forget_service_state()
         kv.set(DIGEST_KEY, digest)
     set_flag(SERVICE_RUNNING)
 
 
-@when(INSTALLED, SERVICE_RUNNING, "endpoint.cni.joined")
-@when_not(SERIES_UPGRADE)
-def configure_cni():
-    options = _options()
-    if options is None:
+def _install_unit_file(record: InstallRecord, options, etcd) -> None:
+    """Render flannel.service when what it says changed (jinja2 only then)."""
+    inputs = _unit_file_inputs(options, etcd)
+    if _unchanged(UNIT_FILE_INPUTS_KEY, inputs) and record.is_recorded(paths.SERVICE_FILE) \
+            and paths.SERVICE_FILE.exists():
         return
-    conflist = render.render_conflist(Path(hookenv.charm_dir()) / "templates")
+    from charms.flannel import render
+    files = client_files()
+    unit_file = render.render_service(
+        _templates(), endpoints=etcd.connection_string(), ca_file=files.ca_file,
+        cert_file=files.cert_file, key_file=files.key_file,
+        iface=options.iface or _binding_interface("cni"))
+    record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644)
+    unitdata.kv().set(UNIT_FILE_INPUTS_KEY, inputs)
+
+
+@when(INSTALLED, SERVICE_RUNNING, "endpoint.cni.joined")
+@when_not(CNI_CONFIGURED, SERIES_UPGRADE)
+def configure_cni():
+    if _options() is None:
+        return
+    # The network etcd confirmed, which pods actually use: during a refused
+    # or pending change the principal keeps it, not the option's new value.
+    confirmed = unitdata.kv().get(NETWORK_KEY)
+    if not confirmed:
+        return
+    from charms.flannel import render
+    cni_endpoint = endpoint_from_name("cni")
+    conflist = render.render_conflist(_templates())
     _record().install(paths.CNI_CONFLIST, conflist.encode(), 0o644)
-    endpoint_from_name("cni").set_config(cidr=str(options.cidr),
-                                         cni_conf_file=paths.CNI_CONFLIST.name)
+    cni_endpoint.set_config(cidr=confirmed["Network"], cni_conf_file=paths.CNI_CONFLIST.name)
+    unitdata.kv().set(CNI_INPUTS_KEY, _cni_inputs(confirmed, cni_endpoint))
     set_flag(CNI_CONFIGURED)
 
 
@@ -195,6 +294,7 @@ def remove_flannel():
     if paths.SERVICE_FILE.exists():
         host.service_stop(SERVICE)
         host.service("disable", SERVICE)
+    _release_lease()
     daemon.delete_vxlan_links()
     _remove_nrpe_check()
     report = _record().remove_all()
@@ -208,10 +308,34 @@ def remove_flannel():
         clear_flag(flag)
     kv = unitdata.kv()
     kv.unsetrange(prefix=PROBLEM_KEY)
-    kv.unset(DIGEST_KEY)
-    kv.unset(NETWORK_KEY)
+    for key in (DIGEST_KEY, NETWORK_KEY, NETWORK_INPUTS_KEY, UNIT_FILE_INPUTS_KEY,
+                CNI_INPUTS_KEY, NRPE_INPUTS_KEY, UNIT_FILE_LOADED_KEY, ETCD_ENDPOINTS_KEY,
+                BINDING_KEY, STATUS_KEY, CONFIG_KEY):
+        kv.unset(key)
     set_flag(STOPPED)
     hookenv.status_set("maintenance", "Flannel removed.")
+
+
+def _release_lease() -> None:
+    """Give this node's lease back to etcd: flanneld does not on stop, and a
+    lease lives 24 h, during which the network counts as in use (a backend
+    change is refused). Best effort: etcd may be gone already."""
+    try:
+        env = read_subnet_env(paths.SUBNET_ENV)
+    except ValueError:
+        env = None
+    endpoints = unitdata.kv().get(ETCD_ENDPOINTS_KEY)
+    if env is None or not endpoints or not client_files().key_file.exists():
+        return
+    from charms.flannel.network import EtcdUnavailable, NetworkStore
+    subnet = str(env.subnet.network)
+    try:
+        with NetworkStore(_etcd_settings(None, endpoints, timeout=3.0)) as store:
+            if store.release_lease(subnet):
+                hookenv.log("Released the lease of {} in etcd".format(subnet))
+    except EtcdUnavailable as error:
+        hookenv.log("Could not release the lease of {}: {}".format(subnet, error.reason),
+                    level=hookenv.WARNING)
 
 
 @hook("pre-series-upgrade")
@@ -226,12 +350,22 @@ def resume_after_series_upgrade():
     clear_flag(SERIES_UPGRADE)
 
 
+NRPE_CHECK = {"shortname": SERVICE, "description": "flanneld is running",
+              "check_cmd": "check_procs -c 1: -C flanneld"}
+
+
 @when("nrpe-external-master.available", INSTALLED)
+@when_not(NRPE_CONFIGURED)
 def update_nrpe_check():
+    # NRPE.write() rewrites the check and restarts nagios-nrpe-server: only
+    # when the check or what names it (nrpe's host name, the nagios options)
+    # changed (watch_inputs), not in every hook.
+    inputs = _nrpe_inputs(endpoint_from_flag("nrpe-external-master.available"))
+    from charmhelpers.contrib.charmsupport import nrpe
     check = nrpe.NRPE(hostname=nrpe.get_nagios_hostname(), primary=False)
-    check.add_check(shortname=SERVICE, description="flanneld is running",
-                    check_cmd="check_procs -c 1: -C flanneld")
+    check.add_check(**NRPE_CHECK)
     check.write()
+    unitdata.kv().set(NRPE_INPUTS_KEY, inputs)
     set_flag(NRPE_CONFIGURED)
 
 
@@ -239,36 +373,117 @@ def update_nrpe_check():
 @when_not("nrpe-external-master.available")
 def remove_nrpe_check():
     _remove_nrpe_check()
+    unitdata.kv().unset(NRPE_INPUTS_KEY)
     clear_flag(NRPE_CONFIGURED)
 
 
 def _remove_nrpe_check():
     if is_flag_set(NRPE_CONFIGURED):
+        from charmhelpers.contrib.charmsupport import nrpe
         check = nrpe.NRPE(hostname=nrpe.get_nagios_hostname(), primary=False)
         check.remove_check(shortname=SERVICE)
         check.write()
 
 
+_binding = None  # this hook's answer
+
+
 def _binding_interface(endpoint: str) -> str:
-    """The interface of the endpoint's network binding ('' if Juju has none)."""
+    """The interface of the endpoint's network binding, skipping fan-*
+    bridges, else the default route's ('' if neither). Asked of Juju on every
+    hook but update-status, which reuses the last answer."""
+    global _binding
+    if _binding is not None:
+        return _binding
+    kv = unitdata.kv()
+    if _idle_hook() and kv.get(BINDING_KEY) is not None:
+        _binding = kv.get(BINDING_KEY)
+        return _binding
     try:
         bindings = hookenv.network_get(endpoint).get("bind-addresses") or []
-    except Exception as error:  # an old Juju or no binding: flanneld picks one
+    except Exception as error:  # an old Juju or no binding: the default route's
         hookenv.log("No network binding for {}: {}".format(endpoint, error))
-        return ""
-    return bindings[0].get("interface-name", "") if bindings else ""
+        bindings = []
+    iface = daemon.binding_interface(bindings, daemon.default_route_interface)
+    kv.set(BINDING_KEY, iface)
+    _binding = iface
+    return iface
+
+
+# --- what each step acted on --------------------------------------------------
+
+def _templates() -> Path:
+    return Path(hookenv.charm_dir()) / "templates"
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _network_inputs(options, etcd) -> str:
+    return _digest(network_config(options), etcd.connection_string(),
+                   etcd.client_credentials())
+
+
+def _unit_file_inputs(options, etcd) -> str:
+    return _digest(etcd.connection_string(), options.iface or _binding_interface("cni"),
+                   _file_digest(_templates() / "flannel.service"))
+
+
+def _cni_inputs(confirmed: dict, cni_endpoint) -> str:
+    return _digest(confirmed["Network"], [r.relation_id for r in cni_endpoint.relations],
+                   _file_digest(_templates() / paths.CNI_CONF_NAME))
+
+
+def _nrpe_inputs(nagios) -> str:
+    config = _config()
+    return _digest(NRPE_CHECK, nagios.nagios_hostname(), nagios.nagios_host_context(),
+                   config.get("nagios_context"), config.get("nagios_servicegroups"))
+
+
+def watch_inputs():
+    """Before any handler: clear the flag of each step whose inputs changed
+    since it acted (or whose result is gone), so that the step runs again
+    in this hook, and an idle hook invokes no handler at all."""
+    if is_flag_set(STOPPED) or is_flag_set(SERIES_UPGRADE):
+        return
+    options = _options()
+    if options is None:
+        return  # blocked: nothing is redone from invalid options
+    etcd = endpoint_from_flag("etcd.available")
+    if etcd is not None and is_flag_set("etcd.tls.available") and is_flag_set(
+            NETWORK_CONFIGURED) and not _unchanged(NETWORK_INPUTS_KEY,
+                                                   _network_inputs(options, etcd)):
+        clear_flag(NETWORK_CONFIGURED)
+    if etcd is not None and is_flag_set(SERVICE_RUNNING) and (
+            not _unchanged(UNIT_FILE_INPUTS_KEY, _unit_file_inputs(options, etcd))
+            or not _flanneld_active()):
+        clear_flag(SERVICE_RUNNING)
+    confirmed = unitdata.kv().get(NETWORK_KEY)
+    if is_flag_set(CNI_CONFIGURED) and (
+            not confirmed or not paths.CNI_CONFLIST.exists()
+            or not _unchanged(CNI_INPUTS_KEY, _cni_inputs(confirmed, endpoint_from_name("cni")))):
+        clear_flag(CNI_CONFIGURED)
+    nagios = endpoint_from_flag("nrpe-external-master.available")
+    if nagios is not None and is_flag_set(NRPE_CONFIGURED) and not _unchanged(
+            NRPE_INPUTS_KEY, _nrpe_inputs(nagios)):
+        clear_flag(NRPE_CONFIGURED)
+
+
+hookenv.atstart(watch_inputs)
 
 
 def assess_status():
     if is_flag_set(STOPPED):
         return
     kv = unitdata.kv()
-    options = None
     try:
-        options = parse_options(hookenv.config())
-        config_problem = kv.get(PROBLEM_KEY + "network")
+        parse_options(_config())
+        config_problem = kv.get(PROBLEM_KEY + "network") or kv.get(PROBLEM_KEY + "iface")
     except InvalidOption as invalid:
         config_problem = str(invalid)
+    confirmed = kv.get(NETWORK_KEY)
+    running = is_flag_set(SERVICE_RUNNING)
     status = assess(Observations(
         series_upgrade=is_flag_set(SERIES_UPGRADE),
         resource_problem=kv.get(PROBLEM_KEY + "resource"),
@@ -278,11 +493,16 @@ def assess_status():
         etcd_tls_ready=is_flag_set("etcd.available") and is_flag_set("etcd.tls.available"),
         etcd_problem=kv.get(PROBLEM_KEY + "etcd"),
         network_configured=is_flag_set(NETWORK_CONFIGURED),
-        service_active=is_flag_set(SERVICE_RUNNING) and host.service_running(SERVICE),
-        cidr=options.cidr if options else None,
+        service_active=running and _flanneld_active(),
+        # flanneld's word on its lease (subnet.env), checked against the
+        # network etcd confirmed: no etcd round trip in an idle hook.
+        cidr=daemon.network_shape(confirmed)[0] if confirmed else None,
         subnet=read_subnet_env(paths.SUBNET_ENV),
+        cni_problem=cni.chain_problem() if is_flag_set(CNI_CONFIGURED) else None,
     ))
-    hookenv.status_set(status.state, status.message)
+    if kv.get(STATUS_KEY) != [status.state, status.message]:
+        hookenv.status_set(status.state, status.message)
+        kv.set(STATUS_KEY, [status.state, status.message])
 
 
 hookenv.atexit(assess_status)

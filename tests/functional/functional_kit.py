@@ -80,7 +80,8 @@ class ScenarioRun:
     first_pods: list[PodAttempt] = field(default_factory=list)
     units_after_remove: list[str] = field(default_factory=list)
     flanneld_after_remove: dict[str, list[int]] = field(default_factory=dict)
-    readd_status: str = ""   # "" when every unit came back active, else the error
+    readd_status: str = ""   # "" when every unit came back in readd_state, else the error
+    readd_messages: dict[str, str] = field(default_factory=dict)  # unit -> status message
     new_pods: list[PodAttempt] = field(default_factory=list)
 
     def all_plugin_changes(self) -> list[str]:
@@ -96,7 +97,7 @@ def _pods(cluster: Cluster) -> list[PodAttempt]:
 
 
 def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
-                    say: Callable[[str], None]) -> ScenarioRun:
+                    say: Callable[[str], None], readd_state: str = "active") -> ScenarioRun:
     """LP #1866869 from a deployed, active flannel: a pod on each machine,
     `juju remove-relation flannel:cni kubernetes-worker:cni`, `juju
     add-relation` again, a new pod on each machine; the worker's plugins are
@@ -118,7 +119,7 @@ def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
     with cluster.timings.phase("add-relation flannel:cni kubernetes-worker:cni", say):
         cluster.add_cni_relation()
         try:
-            cluster.wait_for_flannel(timeout=180)
+            run.readd_messages = cluster.wait_for_flannel(timeout=180, state=readd_state)
         except Exception as error:   # recorded: the caller decides what it means
             run.readd_status = str(error)
     compare("add-relation")

@@ -4,12 +4,13 @@ LP #1866869 was fixed.
 
 Against the reactive worker of the bug report (it copied its plugins once),
 the same checks that pass for the real charm must catch it: libcni's own
-error when the new pod is created, and the byte comparison of the worker's
-plugins. Against today's ops worker the old charm's damage does not last:
-the worker extracts its plugins again in its next hook (the relation's own
-departed/broken hooks, at the latest the add-relation's), so new pods work
-and the plugins are back byte for byte; this is why the bug report needed the
-worker of its era."""
+error when the new pod is created, the byte comparison of the worker's
+plugins, and `juju status`, which names the missing plugin (before the CNI
+chain check the unit came back "active" while no pod could start). Against
+today's ops worker the old charm's damage does not last: the worker extracts
+its plugins again in its next hook (the relation's own departed/broken hooks,
+at the latest the add-relation's), so new pods work and the plugins are back
+byte for byte; this is why the bug report needed the worker of its era."""
 from __future__ import annotations
 
 import pytest
@@ -23,13 +24,18 @@ def test_old_stop_hook_makes_new_pods_fail_with_libcni_missing_plugin(
     broken = old_charm_copy(built_charm, tmp_path)
     with open_cluster("negative control", workers=1) as cluster:
         before = deploy_and_wait(cluster, charm_dir=broken)
-        run = play_remove_add(cluster, before, cluster.say)
+        run = play_remove_add(cluster, before, cluster.say, readd_state="blocked")
 
     assert all(p.address for p in run.first_pods), [str(p) for p in run.first_pods]
-    assert not run.readd_status, run.readd_status   # flannel itself comes back active ...
+    # flannel itself comes back (it reinstalls its own plugin), and its status
+    # names what the worker lost ...
+    assert not run.readd_status, run.readd_status
+    assert list(run.readd_messages.values()) == [
+        'CNI plugin "bridge" missing from /opt/cni/bin (provided by the principal)'], \
+        run.readd_messages
     [new_pod] = run.new_pods
     assert new_pod.address is None, f"a new pod got {new_pod.address} although bridge is gone"
-    # ... but libcni cannot find the plugin flannel delegates to.
+    # ... and libcni cannot find the plugin flannel delegates to.
     missing = MISSING_PLUGIN.search(new_pod.error)
     assert missing, f"cnitool failed otherwise: {new_pod.error}"
     assert missing.group(1) in ("bridge", "host-local", "flannel"), missing.group(0)

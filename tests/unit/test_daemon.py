@@ -232,3 +232,46 @@ def test_network_shape_reads_what_flanneld_reads():
         ipaddress.IPv4Network("10.3.0.0/16"), 26, 4097)
     assert network_shape({"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}})[1:] == (24, 1)
     assert network_shape({"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}})[2] is None
+
+
+# -- the interface flanneld uses (item 10 of issue 8) ---------------------------
+# On main the charm took the first bind address whatever it was (a fan-*
+# bridge included) and had no binding_interface/interface_exists
+# (AttributeError), so a missing `iface` stopped flanneld for nothing.
+
+def bound(*names):
+    return [{"interface-name": name, "addresses": []} for name in names]
+
+
+def no_default_route():
+    return ""
+
+
+def test_the_first_non_fan_bind_address_is_used():
+    assert daemon.binding_interface(bound("fan-252", "ens3", "ens4"), no_default_route) == "ens3"
+
+
+def test_only_fan_bind_addresses_fall_back_to_the_default_route():
+    assert daemon.binding_interface(bound("fan-252"), lambda: "ens5") == "ens5"
+
+
+def test_no_binding_falls_back_to_the_default_route():
+    assert daemon.binding_interface([], lambda: "ens5") == "ens5"
+    assert daemon.binding_interface([], no_default_route) == ""
+
+
+def test_the_legacy_spelling_of_the_interface_name_is_read():
+    assert daemon.binding_interface([{"interfacename": "eth1"}], no_default_route) == "eth1"
+
+
+def test_default_route_interface_reads_this_machine_s_routes():
+    shown = json.loads(subprocess.run(["ip", "-j", "route", "show", "default"],
+                                      capture_output=True, text=True).stdout or "[]")
+    assert daemon.default_route_interface() == (shown[0]["dev"] if shown else "")
+
+
+def test_interface_exists_knows_this_machine_s_links_and_addresses():
+    assert daemon.interface_exists("lo")
+    assert daemon.interface_exists("127.0.0.1")
+    assert not daemon.interface_exists("nosuch0")
+    assert not daemon.interface_exists("192.0.2.254")  # TEST-NET-1: nobody's

@@ -87,7 +87,8 @@ def test_changing_backend_under_live_leases_is_refused_with_a_clear_reason():
     assert caught.value.option == "backend"
     assert str(caught.value) == (
         "Invalid backend: cannot change from vxlan to host-gw while 3 nodes hold leases; "
-        "set backend back to vxlan, or remove flannel from every node first")
+        "set backend back to vxlan, or remove flannel from every node "
+        "(each unit releases its lease as it stops) and add it back")
 
 
 def test_one_lease_is_named_in_the_singular():
@@ -189,6 +190,30 @@ def test_an_expired_lease_is_no_longer_listed(etcd, settings, prefix):
     assert len(store.leases()) == 1
     lease.revoke()
     assert store.leases() == []
+
+
+def test_release_lease_deletes_only_that_lease(etcd, settings, prefix):
+    """The stop hook's way out of a refused backend change: on main a lease
+    stayed for 24 h (NetworkStore had no release_lease: AttributeError)."""
+    client = raw_client(etcd)
+    lease = client.lease(ttl=86400)  # as flanneld holds it: 24 h, not revoked on stop
+    client.put(f"{prefix}/subnets/10.1.52.0-24", "{}", lease=lease)
+    client.put(f"{prefix}/subnets/10.1.53.0-24", "{}", lease=lease)
+    store = NetworkStore(settings, prefix)
+    assert store.release_lease("10.1.52.0/24") is True
+    assert [item["Subnet"] for item in store.leases()] == ["10.1.53.0/24"]
+    assert store.release_lease("10.1.52.0/24") is False  # already gone: no error
+
+
+def test_a_backend_change_goes_through_once_every_node_released_its_lease(etcd, settings,
+                                                                          prefix):
+    store = NetworkStore(settings, prefix)
+    ensure_network_config(store, options())
+    raw_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+    with pytest.raises(InvalidOption):
+        ensure_network_config(store, options(backend="host-gw"))
+    store.release_lease("10.1.52.0/24")
+    assert ensure_network_config(store, options(backend="host-gw")) is True
 
 
 # -- ensure_network_config: what the charm's handler calls ----------------------

@@ -88,22 +88,39 @@ def test_subnet_len_must_be_a_prefix_length_up_to_30(subnet_len, message):
     assert status_for(subnet_len=subnet_len) == message
 
 
-@pytest.mark.parametrize("cidr, subnet_len", [("10.1.0.0/16", 16), ("10.1.0.0/16", 8),
-                                              ("10.1.0.0/24", 24), ("10.1.0.0/30", 30)])
-def test_subnet_len_must_be_longer_than_the_cidr_prefix(cidr, subnet_len):
-    prefix = cidr.split("/")[1]
+@pytest.mark.parametrize("cidr, subnet_len", [
+    ("10.1.0.0/16", 16), ("10.1.0.0/16", 8),
+    # Accepted by main before flanneld's rule was mirrored ("must be longer than
+    # the prefix"): etcd got a config every flanneld refuses.
+    ("10.1.0.0/16", 17), ("10.1.0.0/23", 24), ("10.1.0.0/28", 29),
+])
+def test_subnet_len_must_leave_the_cidr_four_subnets(cidr, subnet_len):
+    """flanneld's CheckNetworkConfig: SubnetLen >= the Network's prefix + 2.
+    On main, /16 with 17 and /23 with 24 passed (no InvalidOption raised)."""
+    prefix = int(cidr.split("/")[1])
     assert status_for(cidr=cidr, subnet_len=subnet_len) == (
-        f"Invalid subnet-len: {subnet_len} must be longer than the /{prefix} prefix of cidr {cidr}")
+        f"Invalid subnet-len: {subnet_len} leaves cidr {cidr} fewer than four subnets, "
+        f"which flanneld refuses; use {prefix + 2} to 30")
 
 
 def test_the_exact_example_message_for_subnet_len():
     assert status_for(subnet_len=16) == (
-        "Invalid subnet-len: 16 must be longer than the /16 prefix of cidr 10.1.0.0/16")
+        "Invalid subnet-len: 16 leaves cidr 10.1.0.0/16 fewer than four subnets, "
+        "which flanneld refuses; use 18 to 30")
 
 
-@pytest.mark.parametrize("subnet_len", [17, 24, 30])
-def test_subnet_len_between_prefix_and_30_is_accepted(subnet_len):
-    assert parse_options(config(subnet_len=subnet_len)).subnet_len == subnet_len
+@pytest.mark.parametrize("cidr", ["10.1.0.0/29", "10.1.0.0/30", "10.1.0.0/32"])
+def test_a_cidr_too_small_for_four_subnets_names_the_cidr(cidr):
+    """No subnet-len can fit: the cidr is what to change."""
+    assert status_for(cidr=cidr, subnet_len=30) == (
+        f"Invalid cidr: {cidr} is too small for flannel; use a prefix of /28 or shorter")
+
+
+@pytest.mark.parametrize("cidr, subnet_len", [("10.1.0.0/16", 18), ("10.1.0.0/16", 24),
+                                              ("10.1.0.0/16", 30), ("10.1.0.0/28", 30),
+                                              ("10.0.0.0/8", 10)])
+def test_subnet_len_from_prefix_plus_two_to_30_is_accepted(cidr, subnet_len):
+    assert parse_options(config(cidr=cidr, subnet_len=subnet_len)).subnet_len == subnet_len
 
 
 @pytest.mark.parametrize("backend, message", [
@@ -122,16 +139,19 @@ def test_both_backends_are_accepted(backend):
 
 
 @pytest.mark.parametrize("vni, message", [
-    (0, "Invalid vni: 0 is out of range; use 1 to 16777215"),
-    (16777216, "Invalid vni: 16777216 is out of range; use 1 to 16777215"),
-    (-1, "Invalid vni: -1 is out of range; use 1 to 16777215"),
+    (0, "Invalid vni: 0 is out of range; use 1 to 9999999 "
+     "(flanneld's device flannel.<vni> must fit Linux's 15-character names)"),
+    (16777216, "Invalid vni: 16777216 is out of range; use 1 to 9999999 "
+     "(flanneld's device flannel.<vni> must fit Linux's 15-character names)"),
+    (-1, "Invalid vni: -1 is out of range; use 1 to 9999999 "
+     "(flanneld's device flannel.<vni> must fit Linux's 15-character names)"),
     ("1", 'Invalid vni: "1" is not a whole number'),
 ])
 def test_vni_is_a_24_bit_identifier(vni, message):
     assert status_for(vni=vni) == message
 
 
-@pytest.mark.parametrize("vni", [1, 4096, 16777215])
+@pytest.mark.parametrize("vni", [1, 4096, 9999999])
 def test_vni_limits_are_accepted(vni):
     assert parse_options(config(vni=vni)).vni == vni
 

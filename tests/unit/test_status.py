@@ -58,3 +58,11 @@ def test_bad_config_outranks_a_missing_etcd_relation():
     seen = Observations(**{**HEALTHY, "etcd_related": False,
                            "config_problem": "Invalid cidr: \"x\" is not an IPv4 network"})
     assert assess(seen).message.startswith("Invalid cidr")
+
+
+def test_a_broken_cni_chain_is_blocked_with_the_plugin_named():
+    """On main Observations had no cni_problem (TypeError) and a unit whose
+    node could start no pod showed active."""
+    problem = 'CNI plugin "bridge" missing from /opt/cni/bin (provided by the principal)'
+    status = assess(Observations(**{**HEALTHY, "cni_problem": problem}))
+    assert (status.state, status.message) == ("blocked", problem)

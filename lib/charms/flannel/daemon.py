@@ -11,7 +11,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from .subnet import read_subnet_env
 
@@ -154,3 +154,38 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
         os.unlink(subnet_env)
     gone.vxlan_links = delete_vxlan_links(keep=vxlan_link)
     return gone
+
+
+# --- the interface flanneld uses between hosts -----------------------------------
+
+def binding_interface(bind_addresses: Iterable[dict], default_route: Callable[[], str]) -> str:
+    """The interface of a `network-get` binding flanneld should use: the
+    first one that is not a fan bridge (`fan-*`: Juju's fan overlay, which
+    flannel's vxlan cannot ride), else the default route's interface (as the
+    old charm did); "" when there is neither (flanneld then picks one)."""
+    for bound in bind_addresses:
+        name = bound.get("interface-name") or bound.get("interfacename") or ""
+        if name and not name.startswith("fan-"):
+            return name
+    return default_route()
+
+
+def default_route_interface() -> str:
+    """The interface of the IPv4 default route, "" if there is none."""
+    shown = subprocess.run(["ip", "-j", "route", "show", "default"], capture_output=True,
+                           text=True)
+    routes = json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
+    return next((route["dev"] for route in routes if route.get("dev")), "")
+
+
+def interface_exists(iface: str, sys_class_net: Path = Path("/sys/class/net")) -> bool:
+    """Whether flanneld's -iface value names an interface of this machine:
+    a link name, or an IP address one of its links holds."""
+    try:
+        address = ipaddress.ip_address(iface)
+    except ValueError:
+        return (sys_class_net / iface).exists()
+    shown = subprocess.run(["ip", "-j", "addr", "show"], capture_output=True, text=True)
+    links = json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
+    return any(ipaddress.ip_address(entry["local"]) == address
+               for link in links for entry in link.get("addr_info", []) if "local" in entry)

@@ -19,27 +19,15 @@ import etcd3gw
 import requests
 from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
-from .options import InvalidOption, NetworkOptions
+from .options import InvalidOption, NetworkOptions, network_config
+
+__all__ = ["network_config"]  # re-exported: its home is options.py
 
 DEFAULT_PREFIX = "/coreos.com/network"
 DEFAULT_ETCD_PORT = 2379
 DEFAULT_BACKEND = "vxlan"  # what flanneld assumes when Backend has no Type
 
 T = TypeVar("T")
-
-
-def network_config(options: NetworkOptions) -> dict[str, Any]:
-    """The JSON flanneld reads from <prefix>/config."""
-    backend: dict[str, Any] = {"Type": options.backend}
-    if options.backend == "vxlan":
-        backend["VNI"] = options.vni
-        if options.port:  # absent = the kernel's default port
-            backend["Port"] = options.port
-    return {
-        "Network": str(options.cidr),
-        "SubnetLen": options.subnet_len,
-        "Backend": backend,
-    }
 
 
 def backend_type(config: dict[str, Any] | None) -> str | None:
@@ -64,7 +52,8 @@ def check_backend_change(
     raise InvalidOption(
         "backend",
         f"cannot change from {old} to {new} while {holders}; "
-        f"set backend back to {old}, or remove flannel from every node first",
+        f"set backend back to {old}, or remove flannel from every node "
+        "(each unit releases its lease as it stops) and add it back",
     )
 
 
@@ -190,6 +179,16 @@ class NetworkStore:
             lease["Subnet"] = key[len(self.subnets_prefix):].replace("-", "/")
             leases.append(lease)
         return leases
+
+    def release_lease(self, subnet: str) -> bool:
+        """Delete the lease of `subnet` ("10.1.52.0/24"); True if it was there.
+
+        flanneld does not revoke its lease when it stops, and leases live
+        24 h: a node leaving the network must give its lease back itself, or
+        the network looks in use (a backend change is refused) for a day.
+        """
+        key = self.subnets_prefix + subnet.replace("/", "-")
+        return bool(self._call(lambda client: client.delete(key)))
 
     def close(self) -> None:
         self.session.close()

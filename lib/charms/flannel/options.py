@@ -11,10 +11,20 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 BACKENDS = ("vxlan", "host-gw")
-MAX_SUBNET_LEN = 30  # a /30 leaves two pod addresses; anything longer is useless
-MAX_VNI = 2**24 - 1  # VXLAN network identifiers are 24 bits
+# flanneld's own rules (CheckNetworkConfig in flannel's pkg/subnet/config.go,
+# v0.27): SubnetLen at most 30, and at least the Network's prefix + 2 so that
+# the network holds four subnets (flanneld never leases the first one). A
+# config outside them is refused by every flanneld, which then retries
+# "Couldn't fetch network config" forever.
+MAX_SUBNET_LEN = 30
+MIN_SUBNETS_BITS = 2
+# VXLAN identifiers are 24 bits, but flanneld names its device flannel.<VNI>
+# and Linux refuses names over 15 characters (flanneld fails with "failed to
+# create vxlan device: numerical result out of range"): seven digits at most.
+MAX_VNI = 9_999_999
 MAX_PORT = 65535
 VXLAN_KERNEL_PORT = 8472  # what port 0 means to flanneld's vxlan backend
 
@@ -90,16 +100,43 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
         )
     vni = _parse_int("vni", get("vni"))
     if not 1 <= vni <= MAX_VNI:
-        raise InvalidOption("vni", f"{vni} is out of range; use 1 to {MAX_VNI}")
+        raise InvalidOption(
+            "vni",
+            f"{vni} is out of range; use 1 to {MAX_VNI} (flanneld's device "
+            "flannel.<vni> must fit Linux's 15-character names)",
+        )
 
-    if subnet_len <= cidr.prefixlen:
+    shortest = cidr.prefixlen + MIN_SUBNETS_BITS
+    if subnet_len < shortest:
+        if shortest > MAX_SUBNET_LEN:
+            raise InvalidOption(
+                "cidr",
+                f"{cidr} is too small for flannel; use a prefix of "
+                f"/{MAX_SUBNET_LEN - MIN_SUBNETS_BITS} or shorter",
+            )
         raise InvalidOption(
             "subnet-len",
-            f"{subnet_len} must be longer than the /{cidr.prefixlen} prefix of cidr {cidr}",
+            f"{subnet_len} leaves cidr {cidr} fewer than four subnets, which flanneld "
+            f"refuses; use {shortest} to {MAX_SUBNET_LEN}",
         )
     return NetworkOptions(
         cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface
     )
+
+
+def network_config(options: NetworkOptions) -> dict[str, Any]:
+    """The JSON flanneld reads from <prefix>/config. Here rather than in
+    network.py so that a hook can compare it without importing etcd3gw."""
+    backend: dict[str, Any] = {"Type": options.backend}
+    if options.backend == "vxlan":
+        backend["VNI"] = options.vni
+        if options.port:  # absent = the kernel's default port
+            backend["Port"] = options.port
+    return {
+        "Network": str(options.cidr),
+        "SubnetLen": options.subnet_len,
+        "Backend": backend,
+    }
 
 
 def _quoted(value: object) -> str:

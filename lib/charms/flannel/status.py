@@ -36,8 +36,9 @@ class Observations:
     etcd_problem: Optional[str] = None  # EtcdUnavailable reason
     network_configured: bool = False
     service_active: bool = False
-    cidr: Optional[ipaddress.IPv4Network] = None
+    cidr: Optional[ipaddress.IPv4Network] = None  # the network etcd confirmed
     subnet: Optional[SubnetEnv] = None
+    cni_problem: Optional[str] = None  # a plugin of the CNI chain missing (cni.chain_problem)
 
 
 def assess(seen: Observations) -> Status:
@@ -59,6 +60,9 @@ def assess(seen: Observations) -> Status:
         return Status("waiting", "Waiting to write the flannel network to etcd.")
     if not seen.service_active:
         return Status("waiting", "Waiting for flannel.service to start.")
+    if seen.cni_problem:
+        # flanneld is fine, but no pod on this node can start.
+        return Status("blocked", seen.cni_problem)
     subnet = seen.subnet
     # A subnet.env left from before a cidr change is stale until flanneld
     # leases anew; claiming it would be a lie.

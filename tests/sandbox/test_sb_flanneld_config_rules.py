@@ -1,0 +1,190 @@
+"""The charm's option checks mirror flanneld's own: a table of edge cases run
+through the real flanneld (v0.27, built by sandbox.resource) against a real
+TLS etcd, both in a namespace of the test network.
+
+For every case the network config goes to etcd exactly as the charm would
+write it (charms.flannel.network.network_config for accepted options; the
+same shape built by hand for refused ones), and flanneld says yes (it leases
+a subnet and writes subnet.env) or no (it logs "Couldn't fetch network
+config" and retries). Every config the charm accepts, flanneld accepts; every
+one it refuses, flanneld refuses, or the charm is knowingly stricter (the
+table says why).
+
+On main, `10.1.0.0/16` with subnet-len 17 and `10.1.0.0/23` with 24 (the
+default) were accepted by the charm and refused by flanneld ("network must be
+able to accommodate at least four subnets"), and so were VNIs of eight digits
+(flanneld: "failed to create vxlan device: numerical result out of range", its
+device name flannel.<VNI> being longer than 15 characters): those rows failed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from charms.flannel.network import network_config
+from charms.flannel.options import InvalidOption, parse_options
+from sandbox.network import run
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.gobuild]
+ROOT = Path(__file__).resolve().parents[2]
+
+# (options, why the charm is stricter than flanneld; None: both agree)
+CASES = [
+    ({"cidr": "10.1.0.0/16", "subnet-len": 24}, None),
+    ({"cidr": "10.1.0.0/16", "subnet-len": 18}, None),
+    ({"cidr": "10.1.0.0/16", "subnet-len": 17}, None),
+    ({"cidr": "10.1.0.0/16", "subnet-len": 16}, None),
+    ({"cidr": "10.1.0.0/16", "subnet-len": 30}, None),
+    ({"cidr": "10.1.0.0/16", "subnet-len": 31}, None),
+    ({"cidr": "10.1.0.0/23", "subnet-len": 24}, None),
+    ({"cidr": "10.1.0.0/23", "subnet-len": 25}, None),
+    ({"cidr": "10.1.0.0/28", "subnet-len": 30}, None),
+    ({"cidr": "10.1.0.0/29", "subnet-len": 30}, None),
+    ({"cidr": "10.0.0.0/8", "subnet-len": 10}, None),
+    ({"cidr": "10.0.0.0/8", "subnet-len": 9}, None),
+    ({"cidr": "192.168.0.0/20", "subnet-len": 26, "backend": "host-gw"}, None),
+    ({"cidr": "10.1.0.0/16", "vni": 9999999}, None),
+    # A 24-bit VNI, but flannel.10000000 is longer than Linux's 15 characters.
+    ({"cidr": "10.1.0.0/16", "vni": 10000000}, None),
+    ({"cidr": "10.1.0.0/16", "vni": 16777215}, None),
+    ({"cidr": "10.1.0.0/16", "port": 65535}, None),
+    ({"cidr": "10.1.0.0/16", "port": 1}, None),
+    # flanneld picks a SubnetLen itself when it is 0; the charm asks for one.
+    ({"cidr": "10.1.0.0/16", "subnet-len": 0},
+     "subnet-len 0 means 'flanneld chooses'; the charm wants it explicit"),
+    # flanneld would lease from a network holding host bits (it masks them);
+    # the charm refuses the typo rather than guess.
+    ({"cidr": "10.1.2.0/16", "subnet-len": 24},
+     "host bits in cidr are a typo the charm names; flanneld masks them"),
+    # Overlapping link-local: flanneld does not care, pods would be unreachable.
+    ({"cidr": "169.254.0.0/16", "subnet-len": 24},
+     "link-local addresses never reach a pod"),
+]
+
+_PUT_CONFIG = """
+import sys, requests, etcd3gw
+host, port, ca, cert, key, keyname, value = sys.argv[1:8]
+session = requests.Session()
+session.trust_env = False
+session.verify = ca
+session.cert = (cert, key)
+etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https", session=session,
+                    timeout=5).put(keyname, value)
+"""
+
+
+def raw_config(options: dict) -> dict:
+    """The config as the charm would write it, built by hand where the charm
+    refuses the options."""
+    backend = {"Type": options.get("backend", "vxlan")}
+    if backend["Type"] == "vxlan":
+        backend["VNI"] = options.get("vni", 1)
+        if options.get("port"):
+            backend["Port"] = options["port"]
+    return {"Network": options["cidr"], "SubnetLen": options.get("subnet-len", 24),
+            "Backend": backend}
+
+
+@pytest.fixture(scope="module")
+def flanneld_node(tmp_path_factory):
+    """A namespace on the test network running a TLS etcd; yields what a
+    flanneld there needs."""
+    import os
+    import shutil
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    if shutil.which("go") is None:
+        pytest.skip("needs the Go toolchain")
+    from sandbox.etcd import EtcdServer
+    from sandbox.network import TestNetwork
+    from sandbox.pki import make_pki
+    from sandbox.resource import binary_path
+    flanneld = binary_path("flanneld")
+    work = tmp_path_factory.mktemp("flanneld-rules")
+    with TestNetwork() as net:
+        node = net.attach("etcd")
+        pki = make_pki(work / "pki", [node.address])
+        with EtcdServer(work / "etcd", pki, host=node.address, netns=node.netns) as etcd:
+            etcd.start()
+            yield {"net": net, "node": node, "etcd": etcd, "pki": pki,
+                   "flanneld": flanneld, "work": work}
+
+
+def flanneld_verdict(node: dict, config: dict, timeout: float = 30.0) -> tuple[bool, str]:
+    """(accepted, evidence): run flanneld on `config` until it leases a
+    subnet (accepted) or refuses the config."""
+    prefix = f"/rules-{uuid.uuid4().hex[:8]}/network"
+    etcd, pki, ns = node["etcd"], node["pki"], node["node"]
+    host, port = etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+    run(["ip", "netns", "exec", ns.netns, sys.executable, "-c", _PUT_CONFIG, host, port,
+         str(pki.ca_cert), str(pki.client_cert), str(pki.client_key), f"{prefix}/config",
+         json.dumps(config)], timeout=30)
+    subnet_file = node["work"] / f"{prefix.strip('/').replace('/', '-')}.env"
+    log_file = subnet_file.with_suffix(".log")
+    with open(log_file, "wb") as log:
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", ns.netns, str(node["flanneld"]),
+             f"-etcd-endpoints={etcd.endpoint}", f"-etcd-prefix={prefix}",
+             f"-etcd-cafile={pki.ca_cert}", f"-etcd-certfile={pki.client_cert}",
+             f"-etcd-keyfile={pki.client_key}", f"-iface={ns.ifname}",
+             f"-subnet-file={subnet_file}", "-ip-masq=false"],
+            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = log_file.read_text(errors="replace")
+            if subnet_file.exists() and "FLANNEL_SUBNET" in subnet_file.read_text():
+                return True, subnet_file.read_text()
+            # A config flanneld refuses, or a backend it cannot set up.
+            refused = [line for line in text.splitlines()
+                       if "Couldn't fetch network config" in line
+                       or "Error registering network" in line]
+            if refused:
+                return False, refused[0]
+            if process.poll() is not None:
+                return False, text[-2000:]
+            time.sleep(0.1)
+        raise AssertionError(f"flanneld gave no verdict in {timeout}s:\n{text[-2000:]}")
+    finally:
+        # The verdict is in; flanneld's graceful shutdown can lag on a busy host.
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def charm_verdict(options: dict) -> tuple[bool, str]:
+    full = {"cidr": "10.1.0.0/16", "subnet-len": 24, "backend": "vxlan", "iface": "",
+            "port": 0, "vni": 1, **options}
+    try:
+        parsed = parse_options(full)
+    except InvalidOption as refused:
+        return False, str(refused)
+    # What the charm writes must be what the table sends flanneld.
+    assert network_config(parsed) == raw_config(full)
+    return True, ""
+
+
+@pytest.mark.parametrize("options, stricter", CASES,
+                         ids=[json.dumps(c[0], sort_keys=True) for c in CASES])
+def test_the_charm_accepts_only_what_flanneld_accepts(flanneld_node, options, stricter):
+    charm_ok, charm_says = charm_verdict(options)
+    flanneld_ok, flanneld_says = flanneld_verdict(flanneld_node, raw_config(
+        {"subnet-len": 24, **options}))
+    if stricter:
+        assert not charm_ok and flanneld_ok, (
+            f"documented as stricter ({stricter}); charm: {charm_says!r}, "
+            f"flanneld: {flanneld_says!r}")
+    else:
+        assert charm_ok == flanneld_ok, (
+            f"charm {'accepts' if charm_ok else 'refuses'} ({charm_says!r}), flanneld "
+            f"{'accepts' if flanneld_ok else 'refuses'} ({flanneld_says!r})")
