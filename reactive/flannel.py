@@ -18,9 +18,9 @@ from pathlib import Path
 from charmhelpers.contrib.charmsupport import nrpe
 from charmhelpers.core import hookenv, host, unitdata
 from charms.reactive import (clear_flag, endpoint_from_flag, endpoint_from_name,
-                             hook, is_flag_set, set_flag, when, when_not)
+                             get_flags, hook, is_flag_set, set_flag, when, when_not)
 
-from charms.flannel import daemon, paths, render, resource
+from charms.flannel import adoption, daemon, paths, render, resource
 from charms.flannel.credentials import client_files, write_client_credentials
 from charms.flannel.install_record import InstallRecord
 from charms.flannel.network import (EtcdClientSettings, EtcdUnavailable, NetworkStore,
@@ -47,6 +47,9 @@ DIGEST_KEY = "flannel.service-inputs"
 # The network config etcd was last confirmed to hold: flanneld's inputs are
 # what etcd says, not what the options say before etcd has taken them.
 NETWORK_KEY = "flannel.network-config"
+# The CNI network name the old charm's conflist used (adoption): host-local's
+# allocation table is named after it.
+NETWORK_NAME_KEY = "flannel.cni-network-name"
 
 
 def _record() -> InstallRecord:
@@ -98,7 +101,27 @@ def install_flannel():
 def reinstall_on_upgrade():
     # The resource may be new: install again through the same record; the
     # service restarts only if flanneld's inputs changed.
+    take_over_from_previous_charm()
     clear_flag(INSTALLED)
+
+
+def take_over_from_previous_charm():
+    """A refresh from charm-flannel: its files become this charm's before
+    the install handler writes anything (@hook handlers run first)."""
+    found = adoption.adopt(_record(), get_flags(), Path(hookenv.charm_dir()))
+    if not found.found:
+        return
+    for flag in found.flags_to_clear:
+        clear_flag(flag)
+    kv = unitdata.kv()
+    for key in adoption.OLD_DATA_KEYS:
+        kv.unset(key)
+    if found.network_name:
+        kv.set(NETWORK_NAME_KEY, found.network_name)
+    hookenv.log("Took over from the previous flannel charm: adopted {}; left {}; "
+                "cleared {}".format(", ".join(map(str, found.adopted)) or "nothing",
+                                    ", ".join(map(str, found.left)) or "nothing",
+                                    ", ".join(found.flags_to_clear)))
 
 
 @when(INSTALLED, "etcd.available", "etcd.tls.available")
@@ -158,6 +181,9 @@ def run_flanneld():
         host.service("enable", SERVICE)
     kv = unitdata.kv()
     confirmed = kv.get(NETWORK_KEY)
+    if confirmed is None:   # a flag set by someone else (an old charm's): not ours
+        clear_flag(NETWORK_CONFIGURED)
+        return
     digest = daemon.inputs_digest(
         (record.checksum(p) for p in (paths.FLANNELD, paths.SERVICE_FILE, files.ca_file,
                                       files.cert_file, files.key_file)),
@@ -182,7 +208,9 @@ def configure_cni():
     options = _options()
     if options is None:
         return
-    conflist = render.render_conflist(Path(hookenv.charm_dir()) / "templates")
+    name = adoption.cni_network_name(paths.CNI_CONFLIST, unitdata.kv().get(NETWORK_NAME_KEY))
+    conflist = render.render_conflist(Path(hookenv.charm_dir()) / "templates",
+                                      network_name=name)
     _record().install(paths.CNI_CONFLIST, conflist.encode(), 0o644)
     endpoint_from_name("cni").set_config(cidr=str(options.cidr),
                                          cni_conf_file=paths.CNI_CONFLIST.name)
@@ -210,6 +238,7 @@ def remove_flannel():
     kv.unsetrange(prefix=PROBLEM_KEY)
     kv.unset(DIGEST_KEY)
     kv.unset(NETWORK_KEY)
+    kv.unset(NETWORK_NAME_KEY)
     set_flag(STOPPED)
     hookenv.status_set("maintenance", "Flannel removed.")
 
