@@ -168,6 +168,24 @@ def test_the_older_conf_gives_its_name_and_goes(layout, charm_dir, record):
 
 
 def test_a_fresh_unit_uses_the_old_charms_network_name(tmp_path):
-    assert adoption.cni_network_name(tmp_path / "absent.conflist") == DEFAULT_NETWORK_NAME
+    tables = tmp_path / "networks"
+    assert adoption.cni_network_name(tmp_path / "absent.conflist", tables_dir=tables) == \
+        DEFAULT_NETWORK_NAME
     assert DEFAULT_NETWORK_NAME == "CDK-flannel-network"
-    assert adoption.cni_network_name(tmp_path / "absent", remembered="cbr0") == "cbr0"
+    assert adoption.cni_network_name(tmp_path / "absent", remembered="cbr0",
+                                     tables_dir=tables) == "cbr0"
+
+
+def test_a_readded_unit_keeps_the_network_its_running_pods_hold_addresses_in(tmp_path):
+    tables = tmp_path / "networks"
+    (tables / "my-pods").mkdir(parents=True)
+    (tables / "my-pods" / "last_reserved_ip.0").write_text("10.1.5.3")
+    (tables / "my-pods" / "lock").write_text("")
+    assert adoption.cni_network_name(tmp_path / "absent", tables_dir=tables) == \
+        DEFAULT_NETWORK_NAME   # no pod holds an address there
+    (tables / "my-pods" / "10.1.5.3").write_text("container\neth0")
+    assert adoption.cni_network_name(tmp_path / "absent", tables_dir=tables) == "my-pods"
+    (tables / "other").mkdir()
+    (tables / "other" / "10.2.0.2").write_text("x")
+    assert adoption.cni_network_name(tmp_path / "absent", tables_dir=tables) == \
+        DEFAULT_NETWORK_NAME   # two tables in use: nothing says which

@@ -31,6 +31,7 @@ conflist and deleted at once (the old charm itself deleted it on upgrade).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from .install_record import InstallRecord
 # host-local keeps its allocations in /var/lib/cni/networks/<name>, so a new
 # name would start an empty table beside the running pods' addresses.
 DEFAULT_NETWORK_NAME = "CDK-flannel-network"
+HOST_LOCAL_TABLES = Path("/var/lib/cni/networks")
 
 # Flags only the old charm set (this charm has none of these names).
 OLD_ONLY_FLAGS = (
@@ -120,10 +122,46 @@ def network_name_of(conflist: Path) -> Optional[str]:
     return name if isinstance(name, str) and name else None
 
 
-def cni_network_name(conflist: Path, remembered: Optional[str] = None) -> str:
+def networks_with_allocations(tables_dir: Path) -> list[str]:
+    """The networks host-local holds pod addresses for on this machine
+    (/var/lib/cni/networks/<name>/<address> files), sorted."""
+    found = []
+    try:
+        entries = sorted(tables_dir.iterdir())
+    except OSError:
+        return found
+    for table in entries:
+        try:
+            names = [entry.name for entry in table.iterdir()] if table.is_dir() else []
+        except OSError:
+            continue
+        if any(_is_address(name) for name in names):
+            found.append(table.name)
+    return found
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def cni_network_name(conflist: Path, remembered: Optional[str] = None,
+                     tables_dir: Path = HOST_LOCAL_TABLES) -> str:
     """The network name to render: the one the conflist on the unit uses
-    (whoever wrote it), else the one adoption found, else the default."""
-    return network_name_of(conflist) or remembered or DEFAULT_NETWORK_NAME
+    (whoever wrote it), else the one adoption found, else the one running
+    pods hold addresses in (a unit re-added after a remove: its pods are still
+    there), else the default. A new name would start an empty allocation
+    table, and new pods would get addresses running pods hold."""
+    named = network_name_of(conflist) or remembered
+    if named:
+        return named
+    in_use = networks_with_allocations(tables_dir)
+    if DEFAULT_NETWORK_NAME in in_use or len(in_use) != 1:
+        return DEFAULT_NETWORK_NAME
+    return in_use[0]
 
 
 def _sha256(path: Path) -> Optional[str]:
