@@ -164,9 +164,10 @@ def test_the_stand_in_leaves_the_old_charms_end_state(refresh):
 
 
 def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
-    """Issue 7 item 2. On the old main the refresh failed: the conflist's
-    network became cbr0, so new pods were allocated from an empty host-local
-    table (/var/lib/cni/networks/cbr0) beside the running pods' table."""
+    """Issue 7 item 2. On the old main this failed with
+    `assert 'cbr0' == 'CDK-flannel-network'`: the refresh renamed the CNI
+    network, so new pods were allocated from an empty host-local table
+    (/var/lib/cni/networks/cbr0) beside the running pods' one."""
     assert refresh.failed_hooks() == [], refresh.failed_hooks()
     for unit in refresh.flannel_units():
         state, message = refresh.workload(unit)
@@ -201,9 +202,9 @@ def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
 
 
 def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
-    """Issue 7 item 3. On the old main the client key stayed 0644, its
-    directory 0755, and the old flags (flannel.binaries.installed, ...) stayed
-    in the state DB."""
+    """Issue 7 item 3. On the old main this failed with `assert 493 == 448`:
+    /etc/ssl/flannel stayed 0755 (and the old flags stayed in the state DB,
+    the old charm's files were kept as "originals" to put back)."""
     for m in MACHINES:
         unit = refresh.unit_on(m)
         assert mode(refresh, m, "/etc/ssl/flannel/client-key.pem") == 0o600
@@ -228,9 +229,11 @@ def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
 
 
 def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
-    """Issue 7 item 4 (first half). On the old main the remove put the old
-    charm's flanneld, unit file, conflist and 0644 key back ("originals") and
-    left etcdctl."""
+    """Issue 7 item 4 (first half). On the old main this failed with the
+    leftovers ['/usr/local/bin/flanneld', '/usr/local/bin/etcdctl',
+    '/lib/systemd/system/flannel.service', '/etc/cni/net.d/10-flannel.conflist',
+    '/etc/ssl/flannel/client-{ca,cert,key}.pem', '/etc/ssl/flannel']: the
+    remove put the old charm's files back as "originals" and left etcdctl."""
     refresh.remove_cni_relation()
     for m in MACHINES:
         assert flannel_leftovers(refresh, m) == [], f"{m}: {flannel_leftovers(refresh, m)}"
@@ -252,7 +255,9 @@ def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
 def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
         refresh, built_charm, resource, tmp_path):
     """Issue 7 item 4 (second half): a newer build with the same flanneld
-    leaves flanneld running; a new flanneld restarts it."""
+    leaves flanneld running; a new flanneld restarts it. On the old main,
+    after the steps before it, this failed with `a new pod on m1 got no
+    address: ... open /run/flannel/subnet.env: no such file or directory`."""
     newer = tmp_path / "flannel"
     shutil.copytree(built_charm, newer, symlinks=True)
     (newer / "NEWER-BUILD").write_text("a newer build of this charm\n")
@@ -276,9 +281,10 @@ def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
 
 def test_a_worker_flannel_extracted_over_ours_is_put_back_on_remove(refresh, resource):
     """Issue 7 item 6: the worker re-extracts its own flannel over this
-    charm's; the next install keeps it and stop puts it back. On the old main
-    the next install overwrote it and the remove deleted it
-    (/opt/cni/bin/flannel absent afterwards)."""
+    charm's; the next install keeps it and stop puts it back. On the old main,
+    after the steps before it, this failed with "m1: the charm's plugin is not
+    in place"; the rule itself is proven failing on the old main by
+    tests/unit/test_install_record.py (the worker's file was deleted)."""
     theirs = workers_flannel(resource) + b"# re-extracted\n"
     for m in MACHINES:
         give_worker_flannel(refresh.machines[m], theirs)
