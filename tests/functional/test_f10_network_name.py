@@ -8,22 +8,15 @@ import json
 import shutil
 
 import pytest
-from functional_kit import deploy_and_wait
+from functional_kit import allocation_tables, deploy_and_wait
 
 pytestmark = pytest.mark.functional
 
 CONFLIST = "/etc/cni/net.d/10-flannel.conflist"
-TABLES = "/var/lib/cni/networks"
 
 
 def conflist_name(cluster, machine="m1"):
     return json.loads(cluster.machines[machine].read_file(CONFLIST))["name"]
-
-
-def tables(cluster, machine="m1"):
-    m = cluster.machines[machine]
-    return {net: {f for f in (m.ls(f"{TABLES}/{net}") or []) if f[0].isdigit()}
-            for net in (m.ls(TABLES) or [])}
 
 
 def test_a_name_in_use_survives_a_refresh_and_fresh_units_use_the_old_charms(
@@ -47,8 +40,8 @@ def test_a_name_in_use_survives_a_refresh_and_fresh_units_use_the_old_charms(
         assert conflist_name(cluster) == "my-pods", "the refresh renamed the network"
         second = cluster.start_pod("m1")
         assert second.address != first.address
-        assert set(tables(cluster)) == {"my-pods"}
-        assert {first.address, second.address} <= tables(cluster)["my-pods"]
+        assert set(allocation_tables(cluster, "m1")) == {"my-pods"}
+        assert {first.address, second.address} <= allocation_tables(cluster, "m1")["my-pods"]
         # Remove and re-add while the pods run: the fresh unit finds their
         # table in use and keeps its name; new pods get free addresses.
         cluster.remove_cni_relation()

@@ -10,7 +10,7 @@ import ipaddress
 
 import pytest
 from functional_kit import (all_plugin_bytes, deploy_and_wait, member, play_remove_add,
-                            plugin_differences, repack_resource)
+                            plugin_differences, pods_everywhere, repack_resource)
 
 from sandbox.cluster import WORKER_PLUGINS
 
@@ -24,16 +24,6 @@ def two(open_cluster):
     with open_cluster("two machines", workers=2) as cluster:
         cluster.worker_plugins_before = deploy_and_wait(cluster)
         yield cluster
-
-
-def pods_everywhere(cluster):
-    """A new pod on each machine (asserting each got an address)."""
-    pods = {}
-    for m in MACHINES:
-        pod, error = cluster.try_pod(m)
-        assert pod is not None, f"a new pod on {m} got no address: {error}"
-        pods[m] = pod
-    return pods
 
 
 def assert_ping_both_ways(a, b):

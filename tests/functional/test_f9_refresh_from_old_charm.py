@@ -20,7 +20,8 @@ import stat
 import tempfile
 
 import pytest
-from functional_kit import (all_plugin_bytes, member, plugin_differences, repack_resource)
+from functional_kit import (all_plugin_bytes, allocation_tables, member, plugin_differences,
+                            pods_everywhere, repack_resource)
 
 from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL, WORKER_PLUGINS
 from sandbox.old_flannel import (give_worker_flannel, old_charm_dir, old_resource,
@@ -30,7 +31,6 @@ pytestmark = pytest.mark.functional
 
 MACHINES = ("m1", "m2")
 NETWORK = "CDK-flannel-network"
-TABLES = "/var/lib/cni/networks"
 SUBNETS = "/coreos.com/network/subnets/"
 OLD_FLAGS = ("flannel.binaries.installed", "flannel.etcd.credentials.installed",
              "flannel.service.installed", "flannel.service.started",
@@ -75,22 +75,6 @@ def unit_flags(cluster, unit):
 def leases(cluster):
     return {k[len(SUBNETS):]: json.loads(v)["PublicIP"]
             for k, v in cluster.etcd_values(SUBNETS).items()}
-
-
-def allocations(cluster, machine):
-    """host-local's allocation tables on `machine`: network -> addresses."""
-    m = cluster.machines[machine]
-    return {net: {f for f in (m.ls(f"{TABLES}/{net}") or []) if f[0].isdigit()}
-            for net in (m.ls(TABLES) or [])}
-
-
-def new_pod_everywhere(cluster):
-    pods = {}
-    for m in MACHINES:
-        pod, error = cluster.try_pod(m)
-        assert pod is not None, f"a new pod on {m} got no address: {error}"
-        pods[m] = pod
-    return pods
 
 
 def flannel_leftovers(cluster, machine):
@@ -188,12 +172,12 @@ def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
     for m in MACHINES:
         name = json.loads(refresh.machines[m].read_file("/etc/cni/net.d/10-flannel.conflist"))
         assert name["name"] == NETWORK
-    new = new_pod_everywhere(refresh)
+    new = pods_everywhere(refresh)
     running = {p.address for p in refresh.pods if p.address}
     assert len(running) == len([p for p in refresh.pods if p.address]), \
         f"two running pods share an address: {[(p.name, p.address) for p in refresh.pods]}"
     for m in MACHINES:
-        tables = allocations(refresh, m)
+        tables = allocation_tables(refresh, m)
         assert list(tables) == [NETWORK], f"{m} has host-local tables {sorted(tables)}"
         on_m = {p.address for p in refresh.pods if p.machine is refresh.machines[m]}
         assert on_m <= tables[NETWORK], f"{m}: pods {on_m} not all in {tables}"
@@ -246,10 +230,10 @@ def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
         assert after == expected, f"{m}: /opt/cni/bin/flannel is not as before the old charm"
     refresh.add_cni_relation()
     refresh.wait_for_flannel(timeout=240)
-    new = new_pod_everywhere(refresh)
+    new = pods_everywhere(refresh)
     assert new["m1"].ping(new["m2"].address)
     for m in MACHINES:
-        assert list(allocations(refresh, m)) == [NETWORK]
+        assert list(allocation_tables(refresh, m)) == [NETWORK]
 
 
 def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
@@ -261,7 +245,7 @@ def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
     newer = tmp_path / "flannel"
     shutil.copytree(built_charm, newer, symlinks=True)
     (newer / "NEWER-BUILD").write_text("a newer build of this charm\n")
-    pods = new_pod_everywhere(refresh)
+    pods = pods_everywhere(refresh)
     pids = {m: refresh.flanneld_pids(m) for m in MACHINES}
     with refresh.pinging(pods["m1"], pods["m2"].address) as during:
         refresh.upgrade_flannel(resource, charm_dir=newer)
