@@ -19,12 +19,12 @@ from pathlib import Path
 
 from charmhelpers.core import hookenv, host, unitdata
 from charms.reactive import (clear_flag, endpoint_from_flag, endpoint_from_name,
-                             hook, is_flag_set, set_flag, when, when_not)
+                             get_flags, hook, is_flag_set, set_flag, when, when_not)
 
 # Light modules only: an idle hook (update-status) must not pay for jinja2,
 # etcd3gw/requests/TLS or charmhelpers' nrpe; handlers that need them import
 # render, network and nrpe when their inputs changed.
-from charms.flannel import cni, daemon, paths, resource
+from charms.flannel import adoption, cni, daemon, paths, resource
 from charms.flannel.credentials import client_files, write_client_credentials
 from charms.flannel.install_record import InstallRecord
 from charms.flannel.options import InvalidOption, network_config, parse_options
@@ -68,6 +68,9 @@ STATUS_KEY = "flannel.status"
 # The charm config as the last hook but update-status read it: Juju runs
 # config-changed for every change, so an idle hook need not ask again.
 CONFIG_KEY = "flannel.config"
+# The CNI network name the old charm's conflist used (adoption): host-local's
+# allocation table is named after it.
+NETWORK_NAME_KEY = "flannel.cni-network-name"
 
 
 def _record() -> InstallRecord:
@@ -162,7 +165,27 @@ def install_flannel():
 def reinstall_on_upgrade():
     # The resource may be new: install again through the same record; the
     # service restarts only if flanneld's inputs changed.
+    take_over_from_previous_charm()
     clear_flag(INSTALLED)
+
+
+def take_over_from_previous_charm():
+    """A refresh from charm-flannel: its files become this charm's before
+    the install handler writes anything (@hook handlers run first)."""
+    found = adoption.adopt(_record(), get_flags(), Path(hookenv.charm_dir()))
+    if not found.found:
+        return
+    for flag in found.flags_to_clear:
+        clear_flag(flag)
+    kv = unitdata.kv()
+    for key in adoption.OLD_DATA_KEYS:
+        kv.unset(key)
+    if found.network_name:
+        kv.set(NETWORK_NAME_KEY, found.network_name)
+    hookenv.log("Took over from the previous flannel charm: adopted {}; left {}; "
+                "cleared {}".format(", ".join(map(str, found.adopted)) or "nothing",
+                                    ", ".join(map(str, found.left)) or "nothing",
+                                    ", ".join(found.flags_to_clear)))
 
 
 @when(INSTALLED, "etcd.available", "etcd.tls.available")
@@ -234,6 +257,9 @@ def run_flanneld():
         host.service("enable", SERVICE)
         kv.set(UNIT_FILE_LOADED_KEY, loaded)
     confirmed = kv.get(NETWORK_KEY)
+    if confirmed is None:   # a flag set by someone else (an old charm's): not ours
+        clear_flag(NETWORK_CONFIGURED)
+        return
     digest = daemon.inputs_digest(
         (record.checksum(p) for p in (paths.FLANNELD, paths.SERVICE_FILE, files.ca_file,
                                       files.cert_file, files.key_file)),
@@ -281,7 +307,8 @@ def configure_cni():
         return
     from charms.flannel import render
     cni_endpoint = endpoint_from_name("cni")
-    conflist = render.render_conflist(_templates())
+    name = adoption.cni_network_name(paths.CNI_CONFLIST, unitdata.kv().get(NETWORK_NAME_KEY))
+    conflist = render.render_conflist(_templates(), network_name=name)
     _record().install(paths.CNI_CONFLIST, conflist.encode(), 0o644)
     cni_endpoint.set_config(cidr=confirmed["Network"], cni_conf_file=paths.CNI_CONFLIST.name)
     unitdata.kv().set(CNI_INPUTS_KEY, _cni_inputs(confirmed, cni_endpoint))
@@ -310,7 +337,7 @@ def remove_flannel():
     kv.unsetrange(prefix=PROBLEM_KEY)
     for key in (DIGEST_KEY, NETWORK_KEY, NETWORK_INPUTS_KEY, UNIT_FILE_INPUTS_KEY,
                 CNI_INPUTS_KEY, NRPE_INPUTS_KEY, UNIT_FILE_LOADED_KEY, ETCD_ENDPOINTS_KEY,
-                BINDING_KEY, STATUS_KEY, CONFIG_KEY):
+                BINDING_KEY, STATUS_KEY, CONFIG_KEY, NETWORK_NAME_KEY):
         kv.unset(key)
     set_flag(STOPPED)
     hookenv.status_set("maintenance", "Flannel removed.")

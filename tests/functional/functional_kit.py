@@ -63,6 +63,25 @@ def deploy_and_wait(cluster: Cluster, charm_dir: Optional[Path] = None, *,
     return before
 
 
+def pods_everywhere(cluster: Cluster) -> dict:
+    """A new pod on each machine (asserting each got an address)."""
+    pods = {}
+    for m in cluster.machines:
+        pod, error = cluster.try_pod(m)
+        assert pod is not None, f"a new pod on {m} got no address: {error}"
+        pods[m] = pod
+    return pods
+
+
+def allocation_tables(cluster: Cluster, machine: str) -> dict[str, set[str]]:
+    """host-local's allocation tables on `machine`: network name -> the pod
+    addresses it holds (/var/lib/cni/networks/<name>/<address>)."""
+    m = cluster.machines[machine]
+    root = "/var/lib/cni/networks"
+    return {net: {f for f in (m.ls(f"{root}/{net}") or []) if f[0].isdigit()}
+            for net in (m.ls(root) or [])}
+
+
 @dataclass
 class PodAttempt:
     machine: str

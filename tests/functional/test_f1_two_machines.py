@@ -13,7 +13,7 @@ import ipaddress
 
 import pytest
 from functional_kit import (all_plugin_bytes, deploy_and_wait, member, play_remove_add,
-                            plugin_differences, repack_resource)
+                            plugin_differences, pods_everywhere, repack_resource)
 
 from sandbox.cluster import WORKER_GENERATIONS
 
@@ -38,16 +38,6 @@ def two_ops(open_cluster):
 
 def with_worker(request, generation):
     return request.getfixturevalue({"reactive": "two", "ops": "two_ops"}[generation])
-
-
-def pods_everywhere(cluster):
-    """A new pod on each machine (asserting each got an address)."""
-    pods = {}
-    for m in MACHINES:
-        pod, error = cluster.try_pod(m)
-        assert pod is not None, f"a new pod on {m} got no address: {error}"
-        pods[m] = pod
-    return pods
 
 
 def assert_ping_both_ways(a, b):

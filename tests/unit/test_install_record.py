@@ -314,3 +314,65 @@ def test_a_directory_at_the_path_is_refused(record, bin_dir):
 def test_relative_paths_are_refused(record):
     with pytest.raises(ValueError, match="absolute"):
         record.install("opt/cni/bin/flannel", b"x", 0o755)
+
+
+def test_a_file_someone_put_over_ours_is_kept_by_the_next_install_and_restored(record, bin_dir):
+    """Issue 7 item 6: a principal re-extracts its own `flannel` over the
+    charm's; the charm's next install must keep the principal's file as the
+    original and stop must put it back. On the old main it failed with
+    `assert [] == [.../opt/cni/bin/flannel]`: the principal's file was
+    overwritten, and remove_all deleted the charm's copy, restoring nothing."""
+    target = bin_dir / "flannel"
+    record.install(target, b"charm's plugin", 0o755)
+    target.write_bytes(b"the worker's plugin")
+    os.chmod(target, 0o750)
+    assert record.install(target, b"charm's plugin", 0o755) is True
+    assert target.read_bytes() == b"charm's plugin"
+    report = record.remove_all()
+    assert report.restored == [target]
+    assert target.read_bytes() == b"the worker's plugin"
+    assert mode_of(target) == 0o750
+
+
+def test_the_newest_foreign_file_replaces_an_older_original(record, bin_dir):
+    target = bin_dir / "flannel"
+    target.write_bytes(b"worker v1")
+    record.install(target, b"charm's plugin", 0o755)
+    target.write_bytes(b"worker v2")
+    record.install(target, b"charm's plugin", 0o755)
+    record.remove_all()
+    assert target.read_bytes() == b"worker v2"
+
+
+def test_an_adopted_file_keeps_no_original_and_is_removed(record, record_dir, bin_dir):
+    target = bin_dir / "flanneld"
+    target.write_bytes(b"old charm's flanneld")
+    os.chmod(target, 0o644)
+    assert record.adopt(target, 0o600) is True
+    assert mode_of(target) == 0o600
+    assert not (record_dir / "originals").exists()
+    assert record.checksum(target) == hashlib.sha256(b"old charm's flanneld").hexdigest()
+    # The charm's own install over it keeps nothing either.
+    record.install(target, b"new flanneld", 0o755)
+    report = record.remove_all()
+    assert report.removed == [target] and not target.exists()
+
+
+def test_adopt_refuses_absent_and_recorded_files(record, bin_dir):
+    assert record.adopt(bin_dir / "absent") is False
+    target = bin_dir / "flannel"
+    target.write_bytes(b"worker's")
+    record.install(target, b"charm's", 0o755)
+    assert record.adopt(target) is False
+    record.remove_all()
+    assert target.read_bytes() == b"worker's"
+
+
+def test_an_adopted_directory_goes_when_empty(record, tmp_path):
+    directory = tmp_path / "etc" / "ssl" / "flannel"
+    directory.mkdir(parents=True)
+    os.chmod(directory, 0o755)
+    assert record.adopt_directory(directory, 0o700) is True
+    assert mode_of(directory) == 0o700
+    report = record.remove_all()
+    assert report.directories_removed == [directory] and not directory.exists()

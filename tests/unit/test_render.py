@@ -77,11 +77,15 @@ def test_service_is_a_plain_restarting_unit(templates_dir):
 
 def test_conflist_is_the_flannel_chain_with_portmap(templates_dir):
     assert json.loads(render_conflist(templates_dir)) == {
-        "name": "cbr0", "cniVersion": "0.3.1",
+        "name": "CDK-flannel-network", "cniVersion": "0.3.1",
         "plugins": [
             {"type": "flannel", "delegate": {"hairpinMode": True, "isDefaultGateway": True}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ]}
+
+
+def test_conflist_keeps_the_network_name_it_is_given(templates_dir):
+    assert json.loads(render_conflist(templates_dir, network_name="cbr0"))["name"] == "cbr0"
 
 
 def test_conflist_names_a_subnet_file_other_than_the_plugins_default(templates_dir):

@@ -9,6 +9,10 @@ installed, and nothing else.
 - On remove_all(), a file whose content no longer matches the record was
   changed by someone else since (e.g. a principal re-extracting its CNI
   plugins); it is left alone and reported.
+- If the charm writes such a path again (its next install), the file someone
+  else put there is kept as the original first, and remove_all() puts it back.
+- adopt() takes a file a previous charm of the application wrote as the
+  charm's own, with no original (charms.flannel.adoption).
 - Directories are removed only if the charm created them and they are empty.
 
 Layout of the record directory (0700; originals may hold keys):
@@ -106,6 +110,11 @@ class InstallRecord:
         if entry is None:
             entry = {"original": self._keep_original(path)}
             self._files[key] = entry
+        elif current is not None and current not in (entry.get("sha256"), wanted):
+            # Someone put their own file here since the charm wrote it (a
+            # principal re-extracting its own `flannel`): that file is theirs,
+            # so it becomes the original remove_all() puts back.
+            entry["original"] = self._keep_original(path)
         if current == wanted and entry.get("sha256") == wanted:
             if stat.S_IMODE(path.stat().st_mode) != mode:
                 os.chmod(path, mode)
@@ -116,6 +125,35 @@ class InstallRecord:
         self._save()
         _write_atomically(path, data, mode)
         return current != wanted
+
+    def adopt(self, path: Path | str, mode: int | None = None) -> bool:
+        """Take the regular file at path as the charm's own, as it stands
+        (mode changed to `mode` if given): no original is kept, so
+        remove_all() deletes it while it is unchanged. For files a previous
+        charm of the same application wrote (charms.flannel.adoption).
+        False if path is no regular file or is recorded already."""
+        path = _absolute(path)
+        current = _sha256_file(path)
+        if current is None or self.is_recorded(path):
+            return False
+        if mode is not None:
+            os.chmod(path, mode)
+        self._files[str(path)] = {"original": None, "sha256": current,
+                                  "mode": stat.S_IMODE(path.stat().st_mode), "adopted": True}
+        self._save()
+        return True
+
+    def adopt_directory(self, path: Path | str, mode: int) -> bool:
+        """Take an existing directory as one the charm created (set to mode):
+        remove_all() removes it if empty. False if it is no directory."""
+        path = _absolute(path)
+        if path.is_symlink() or not path.is_dir():
+            return False
+        os.chmod(path, mode)
+        if str(path) not in self._directories:
+            self._directories.append(str(path))
+            self._save()
+        return True
 
     def ensure_directory(self, path: Path | str, mode: int) -> None:
         """Create path and any missing parents; record the ones created (so

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from . import paths
+from .adoption import DEFAULT_NETWORK_NAME
 from .network import DEFAULT_PREFIX
 
 SERVICE_TEMPLATE = "flannel.service"
@@ -70,12 +71,15 @@ def render_conflist(
     templates_dir: str | os.PathLike[str],
     *,
     subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
+    network_name: str = DEFAULT_NETWORK_NAME,
 ) -> str:
     """The CNI network config; subnetFile is written only when it is not
-    the plugin's own default."""
+    the plugin's own default. network_name names host-local's allocation
+    table (/var/lib/cni/networks/<name>): keep the one in use."""
     subnet_file = str(subnet_file)
     return _render(
         templates_dir,
         CONFLIST_TEMPLATE,
         subnet_file=subnet_file if subnet_file != DEFAULT_SUBNET_FILE else "",
+        network_name=network_name,
     )
