@@ -14,6 +14,7 @@ a hook. Flags (docs/design.md has the table):
 """
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -63,8 +64,11 @@ UNIT_FILE_LOADED_KEY = "flannel.unit-file-loaded"
 ETCD_ENDPOINTS_KEY = "flannel.etcd-endpoints"
 # network-get's answer, asked again on any hook but update-status.
 BINDING_KEY = "flannel.binding-interface"
-# The workload status last set: status-set only when it changes.
+# The workload status last set: update-status sets it only when it changes.
 STATUS_KEY = "flannel.status"
+# Set by the bootstrap (lib/charms/flannel/bootstrap.py INSTALLED_ENV) when
+# this hook installed the dependencies and so set a maintenance status.
+BOOTSTRAP_INSTALLED_ENV = "FLANNEL_BOOTSTRAP_INSTALLED"
 # The charm config as the last hook but update-status read it: Juju runs
 # config-changed for every change, so an idle hook need not ask again.
 CONFIG_KEY = "flannel.config"
@@ -527,9 +531,15 @@ def assess_status():
         subnet=read_subnet_env(paths.SUBNET_ENV),
         cni_problem=cni.chain_problem() if is_flag_set(CNI_CONFIGURED) else None,
     ))
-    if kv.get(STATUS_KEY) != [status.state, status.message]:
+    # update-status skips a status-set that would change nothing; any other
+    # hook sets it (the bootstrap, or Juju before install, may have set
+    # another since the charm last did).
+    current = [status.state, status.message]
+    if not (_idle_hook() and kv.get(STATUS_KEY) == current
+            and not os.environ.get(BOOTSTRAP_INSTALLED_ENV)):
         hookenv.status_set(status.state, status.message)
-        kv.set(STATUS_KEY, [status.state, status.message])
+    if kv.get(STATUS_KEY) != current:
+        kv.set(STATUS_KEY, current)
 
 
 hookenv.atexit(assess_status)

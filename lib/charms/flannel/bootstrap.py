@@ -49,6 +49,9 @@ LOG_NAME = "flannel-bootstrap.log"
 LOCK_NAME = ".flannel-bootstrap.lock"
 #: Set in the environment of the re-executed hook (value: the venv path).
 REEXEC_ENV = "FLANNEL_BOOTSTRAP_VENV"
+#: Set ("1") in the environment of the re-executed hook when this hook's
+#: bootstrap installed, and so set a maintenance status the charm must replace.
+INSTALLED_ENV = "FLANNEL_BOOTSTRAP_INSTALLED"
 
 #: Build backends installed first, each built from its own sdist in the
 #: wheelhouse (they bootstrap themselves, so pip's build isolation works
@@ -382,7 +385,8 @@ def ensure(charm_dir: str, venv_dir: str | None = None) -> str:
 
     Fast when it already does: one listdir, a hash of the wheelhouse and a
     stat. Raises :class:`BootstrapError` with the reason (and the tail of the
-    install log) when the install fails.
+    install log) when the install fails. Sets ``$FLANNEL_BOOTSTRAP_INSTALLED``
+    when it installed (and set the unit's status).
     """
     layout = Layout(charm_dir, venv_dir)
     key = wheelhouse_key(layout)
@@ -392,6 +396,7 @@ def ensure(charm_dir: str, venv_dir: str | None = None) -> str:
     with _locked(layout.lock):
         if is_installed(layout, key):  # another process finished it meanwhile
             return layout.python
+        os.environ[INSTALLED_ENV] = "1"
         _hook_tool("status-set", "maintenance", "Installing the charm's Python dependencies")
         started = time.monotonic()
         with open(layout.log, "a") as log:
@@ -442,7 +447,7 @@ def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> N
             "re-executed with {} but not running in the venv {}".format(
                 os.environ[REEXEC_ENV], layout.venv))
     python = ensure(charm_dir)
-    env = dict(os.environ)
+    env = dict(os.environ)  # with INSTALLED_ENV, if ensure() installed
     env[REEXEC_ENV] = layout.venv
     env["VIRTUAL_ENV"] = layout.venv
     env["PATH"] = os.path.join(layout.venv, "bin") + os.pathsep + env.get("PATH", os.defpath)
