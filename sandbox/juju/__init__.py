@@ -18,7 +18,7 @@ See controller.py for the hook order, hooktools.py for the hook tools.
 
 from .agent import HookRun, default_python
 from .apps import (EmulatedApp, EtcdApp, HookContext, KubernetesControlPlaneApp,
-                   KubernetesWorkerApp)
+                   KubernetesWorkerApp, NrpeApp)
 from .controller import Controller, SettleError
 from .executors import Executor, LocalExecutor, MachineExecutor, UnshareExecutor
 from .model import Model, ModelError, StateFile
@@ -26,6 +26,7 @@ from .model import Model, ModelError, StateFile
 __all__ = [
     "Controller", "SettleError", "HookRun", "default_python",
     "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp", "KubernetesControlPlaneApp",
+    "NrpeApp",
     "Executor", "LocalExecutor", "MachineExecutor", "UnshareExecutor",
     "Model", "ModelError", "StateFile",
 ]

@@ -65,7 +65,7 @@ class Controller(ModelOperations, HookScheduler):
 
     def __init__(self, state_dir, model_name="sandbox", *, python=None,
                  juju_version=JUJU_VERSION, hook_timeout=DEFAULT_TIMEOUT,
-                 extra_env=None, arch="amd64"):
+                 extra_env=None, arch="amd64", parallel=16):
         self.state_dir = os.path.abspath(os.fspath(state_dir))
         os.makedirs(self.state_dir, exist_ok=True)
         self.logs_dir = os.path.join(self.state_dir, "logs")
@@ -86,6 +86,9 @@ class Controller(ModelOperations, HookScheduler):
         self.executors: dict[str, object] = {}
         self.emulated: dict[str, object] = {}
         self.queue: list[dict] = []
+        # hooks of units on different machines run concurrently, up to this many
+        # at once (1: one hook at a time, in queue order)
+        self.parallel = parallel
         self.hook_log: list[HookRun] = []
         self._seq = itertools.count(1)
         self._manifests: dict[str, list[str]] = {}
