@@ -1,9 +1,12 @@
-"""python -m sandbox demo --charm DIR [--resource TARBALL]"""
+"""python -m sandbox demo --charm DIR [--resource TARBALL]
+python -m sandbox bench --charm DIR [--resource TARBALL] [--json FILE] [--machines 1,4,16]"""
 import sys
 
-from sandbox import demo
+from sandbox import bench, demo
+
+COMMANDS = {"demo": demo.main, "bench": bench.main}
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["demo"]:
+    if sys.argv[1:2] == [] or sys.argv[1] not in COMMANDS:
         sys.exit(__doc__)
-    sys.exit(demo.main(sys.argv[2:]))
+    sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))

@@ -282,3 +282,83 @@ def test_hook_reexecs_into_the_venv_and_runs_reactive(unit, tmp_path):
     assert run.returncode == 0, run.stdout
     assert run.stdout == "", "the hook must not print when nothing is installed"
     assert record.read_text().splitlines() == [str(hook), "extra-arg", "VENV=" + unit.venv]
+
+
+# --- the pure-wheel install (what scripts/build-charm ships) --------------------------
+
+def make_wheel(directory: Path, dist: str, files: dict, tag: str = "py3-none-any") -> Path:
+    """A real wheel: ``files`` ({archive name: text}) plus its dist-info."""
+    import zipfile
+
+    version = "1.0"
+    path = directory / "{}-{}-{}.whl".format(dist, version, tag)
+    info = "{}-{}.dist-info/".format(dist, version)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+        z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: {}\nVersion: {}\n".format(
+            dist, version))
+        z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {}\n".format(
+            tag))
+        z.writestr(info + "RECORD", "")
+    return path
+
+
+@pytest.fixture
+def wheel_unit(tmp_path):
+    charm = tmp_path / "agents" / "unit-flannel-0" / "charm"
+    wheelhouse = charm / "wheelhouse"
+    wheelhouse.mkdir(parents=True)
+    (charm / "wheelhouse.txt").write_text("charms.reactive\n")
+    make_wheel(wheelhouse, "charms.reactive", {
+        "charms/__init__.py": "",
+        "charms/reactive/__init__.py": "WHERE = 'venv'\n"})
+    make_wheel(wheelhouse, "tool", {"tool.py": "X = 1\n",
+                                    "tool-1.0.data/scripts/tool-run": "#!/bin/sh\necho hi\n",
+                                    "tool-1.0.data/purelib/tool_extra.py": "Y = 2\n"},
+               tag="py2.py3-none-any")
+    return bootstrap.Layout(str(charm))
+
+
+def test_pure_wheels_only_when_every_file_is_a_pure_wheel(wheel_unit):
+    wheels = bootstrap.pure_wheels(wheel_unit)
+    assert [Path(w).name for w in wheels] == ["charms.reactive-1.0-py3-none-any.whl",
+                                              "tool-1.0-py2.py3-none-any.whl"]
+    make_wheel(Path(wheel_unit.wheelhouse), "wrapt", {"wrapt/__init__.py": ""},
+               tag="cp311-cp311-linux_x86_64")
+    assert bootstrap.pure_wheels(wheel_unit) is None, "a platform wheel needs pip's choice"
+    for name in os.listdir(wheel_unit.wheelhouse):
+        if "linux" in name:
+            os.unlink(os.path.join(wheel_unit.wheelhouse, name))
+    (Path(wheel_unit.wheelhouse) / "pbr-6.1.tar.gz").write_bytes(b"sdist")
+    assert bootstrap.pure_wheels(wheel_unit) is None, "an sdist needs building"
+
+
+def test_wheels_install_into_a_venv_without_pip_or_apt(wheel_unit, monkeypatch):
+    """A real venv made by this python; the wheels' modules import there, the
+    .data dirs land where the wheel spec says, and neither pip nor apt runs."""
+    import subprocess
+
+    monkeypatch.setattr(bootstrap, "_hook_tool", lambda *args: None)
+    monkeypatch.setattr(bootstrap, "apt_install", lambda *a: pytest.fail("apt must not run"))
+    python = bootstrap.ensure(wheel_unit.charm_dir)
+    assert python == wheel_unit.python
+    probe = subprocess.run(
+        [python, "-c", "import sys, charms.reactive, tool, tool_extra, importlib.util; "
+                       "print(sys.prefix, charms.reactive.WHERE, tool.X, tool_extra.Y, "
+                       "importlib.util.find_spec('pip') is None)"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/")
+    assert probe.stdout.split() == [wheel_unit.venv, "venv", "1", "2", "True"], probe.stdout
+    script = Path(wheel_unit.venv) / "bin" / "tool-run"
+    assert script.is_file() and os.access(script, os.X_OK)
+    log = Path(wheel_unit.log).read_text()
+    assert "unpacked charms.reactive-1.0-py3-none-any.whl" in log
+    assert "pip install" not in log
+    assert bootstrap.is_installed(wheel_unit, bootstrap.wheelhouse_key(wheel_unit))
+
+
+def test_a_wheel_cannot_write_outside_the_venv(wheel_unit, tmp_path):
+    evil = make_wheel(tmp_path, "evil", {"../../../../../escaped.py": "X = 1\n"})
+    with pytest.raises(bootstrap.BootstrapError, match="outside the venv"):
+        bootstrap.unpack_wheel(str(evil), str(tmp_path / "venv"))
+    assert not list(tmp_path.parent.rglob("escaped.py"))

@@ -1,0 +1,348 @@
+"""The speed benchmark: this charm side by side with a bare reactive charm.
+
+    python -m sandbox bench --charm build/flannel [--resource T] [--json F]
+                            [--machines 1,4,16] [--runs 20]
+
+Runs, in one process and one sandbox per cluster size, and prints a table of
+figures and ratios (written as JSON too); never asserts a timing:
+
+- bootstrap: the first hook's dependency install, flannel vs the bare charm
+  (both from the bootstrap log the unit writes);
+- update-status: `--runs` interleaved runs of each charm's hook on the same
+  machine, median wall and CPU (the hook's process tree, from rusage);
+- the re-add cycle, in phases: remove-relation, add-relation (hooks), until
+  every unit is active, a new pod addressed; the bare charm through the same
+  hook sequence; flanneld's own start-to-lease on a machine;
+- deploys of N machines: etcd + workers + flannel until every unit is
+  active, wall and CPU per unit.
+
+The bare charm is made here from the built flannel charm: the same hooks
+(hook template, bootstrap, interface layers) and metadata endpoints, a
+wheelhouse of charms.reactive's own closure, and one handler that sets a
+flag and an active status. What it costs is what the framework costs.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import resource as _rusage
+import shutil
+import statistics
+import tempfile
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+BARE = "bare"
+BARE_CNI_RELATION = ("bare:cni", "kubernetes-worker:cni")
+BARE_ETCD_RELATION = ("bare:etcd", "etcd:db")
+BOOTSTRAP_LOG = "flannel-bootstrap.log"
+
+BARE_HANDLERS = '''"""The bare reactive charm of the benchmark: the framework and nothing else."""
+from charmhelpers.core import hookenv
+from charms.reactive import hook, set_flag, when_not
+
+
+@when_not("bare.installed")
+def install():
+    set_flag("bare.installed")
+
+
+@hook("stop")
+def stop():
+    pass
+
+
+hookenv.atexit(lambda: hookenv.status_set("active", "ready"))
+'''
+
+
+# --- the bare charm --------------------------------------------------------------
+
+def _dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The distributions a wheel requires unconditionally (no extras)."""
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode("utf-8", "replace")
+    wanted = []
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        spec = line.split(":", 1)[1].strip()
+        if "extra ==" in spec:
+            continue
+        wanted.append(_dist(re.split(r"[\s;<>=!~\[(]", spec, maxsplit=1)[0]))
+    return wanted
+
+
+def wheel_closure(wheelhouse: Path, roots: list[str]) -> list[Path]:
+    """The wheels of ``roots`` and everything they require, from ``wheelhouse``."""
+    by_dist = {_dist(p.name.split("-", 1)[0]): p for p in wheelhouse.glob("*.whl")}
+    todo, seen = [_dist(r) for r in roots], set()
+    while todo:
+        dist = todo.pop()
+        if dist in seen or dist not in by_dist:
+            continue
+        seen.add(dist)
+        todo.extend(wheel_requirements(by_dist[dist]))
+    return sorted(by_dist[d] for d in seen)
+
+
+def make_bare_charm(flannel_charm: Path, dest: Path) -> Path:
+    """A reactive charm with flannel's hooks, endpoints and bootstrap, and
+    charms.reactive's closure (+ setuptools for pkg_resources) as wheelhouse."""
+    import yaml
+
+    dest.mkdir(parents=True)
+    shutil.copytree(flannel_charm / "hooks", dest / "hooks", symlinks=True)
+    boot = Path("lib") / "charms" / "flannel" / "bootstrap.py"
+    (dest / boot).parent.mkdir(parents=True)
+    shutil.copy2(flannel_charm / boot, dest / boot)
+    meta = yaml.safe_load((flannel_charm / "metadata.yaml").read_text())
+    meta["name"] = BARE
+    meta["summary"] = meta["description"] = "The framework alone (benchmark)."
+    meta.pop("resources", None)
+    (dest / "metadata.yaml").write_text(yaml.safe_dump(meta))
+    (dest / "reactive").mkdir()
+    (dest / "reactive" / "bare.py").write_text(BARE_HANDLERS)
+    (dest / "wheelhouse").mkdir()
+    for wheel in wheel_closure(flannel_charm / "wheelhouse", ["charms.reactive", "setuptools"]):
+        shutil.copy2(wheel, dest / "wheelhouse" / wheel.name)
+    (dest / "wheelhouse.txt").write_text("charms.reactive\nsetuptools\n")
+    return dest
+
+
+# --- measuring ----------------------------------------------------------------------
+
+def _children_cpu() -> float:
+    usage = _rusage.getrusage(_rusage.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class HookCost:
+    wall: float
+    cpu: float
+
+
+def hook_cost(controller, unit: str, hook: str) -> HookCost:
+    """Fire one hook on one unit; its wall time (the agent's) and the CPU of
+    its process tree (every process it waited for)."""
+    before = _children_cpu()
+    controller.fire(unit, hook)
+    runs = [r for r in controller.settle() if r.unit == unit and r.hook == hook]
+    cpu = _children_cpu() - before
+    if not runs or not runs[-1].ok:
+        raise RuntimeError(f"{unit} {hook} failed: {runs[-1].stderr_tail if runs else 'not run'}")
+    return HookCost(wall=runs[-1].duration, cpu=cpu)
+
+
+def bootstrap_seconds(machine, unit: str) -> Optional[float]:
+    """What the unit's first dependency install took, from its bootstrap log."""
+    agent = "/var/lib/juju/agents/unit-{}".format(unit.replace("/", "-"))
+    text = (machine.read_file(f"{agent}/{BOOTSTRAP_LOG}") or b"").decode()
+    found = re.findall(r"==== done in ([0-9.]+)s", text)
+    return float(found[0]) if found else None
+
+
+def flanneld_start_to_lease(machine, timeout: float = 30.0) -> float:
+    """systemctl start flannel -> /run/flannel/subnet.env written, on one machine."""
+    machine.run(["systemctl", "stop", "flannel"], check=False)
+    machine.run(["rm", "-f", "/run/flannel/subnet.env"], check=False)
+    started = time.monotonic()
+    machine.run(["systemctl", "start", "flannel"], check=False)
+    while time.monotonic() - started < timeout:
+        if machine.read_file("/run/flannel/subnet.env"):
+            return time.monotonic() - started
+        time.sleep(0.01)
+    raise RuntimeError("flanneld wrote no subnet.env in {:.0f}s".format(timeout))
+
+
+@contextlib.contextmanager
+def timed(into: dict, key: str):
+    started, cpu = time.monotonic(), _children_cpu()
+    try:
+        yield
+    finally:
+        into[key] = {"wall": time.monotonic() - started, "cpu": _children_cpu() - cpu}
+
+
+def wait_active(cluster, app: str, timeout: float = 120.0) -> None:
+    """update-status until every unit of ``app`` is active (no sleep when it already is)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        units = cluster.controller.units(app)
+        states = {u: cluster.workload(u)[0] for u in units}
+        if units and all(s == "active" for s in states.values()):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{app} not active after {timeout:.0f}s: {states}")
+        time.sleep(0.2)
+        cluster.controller.update_status(app)
+        cluster.settle()
+
+
+# --- the runs ------------------------------------------------------------------------
+
+@dataclass
+class Results:
+    figures: dict = field(default_factory=dict)
+
+    def put(self, section: str, key: str, value) -> None:
+        self.figures.setdefault(section, {})[key] = value
+
+
+def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
+                       results: Results, say: Callable[[str], None]) -> None:
+    """Bootstrap, update-status and the re-add cycle, on a two-machine cluster."""
+    from sandbox.cluster import CNI_RELATION, Cluster
+
+    with Cluster(charm, resource, workers=2, say=say) as cluster:
+        ctl = cluster.controller
+        cluster.deploy_flannel()
+        wait_active(cluster, "flannel")
+        ctl.deploy(BARE, bare)
+        ctl.add_relation(*BARE_ETCD_RELATION)
+        ctl.add_relation(*BARE_CNI_RELATION)
+        cluster.settle()
+        wait_active(cluster, BARE)
+        m1 = cluster.machines["m1"]
+        flannel_unit, bare_unit = cluster.unit_on("m1"), _unit_on(cluster, BARE, "m1")
+        results.put("bootstrap", "flannel", bootstrap_seconds(m1, flannel_unit))
+        results.put("bootstrap", "bare", bootstrap_seconds(m1, bare_unit))
+
+        say(f"-- update-status x{runs}, interleaved")
+        costs = {"flannel": [], "bare": []}
+        for _ in range(runs):
+            costs["flannel"].append(hook_cost(ctl, flannel_unit, "update-status"))
+            costs["bare"].append(hook_cost(ctl, bare_unit, "update-status"))
+        for name, seen in costs.items():
+            results.put("update-status", name, {
+                "wall": statistics.median(c.wall for c in seen),
+                "cpu": statistics.median(c.cpu for c in seen)})
+
+        say("-- the re-add cycle, flannel")
+        phases: dict = {}
+        with timed(phases, "remove-relation"):
+            ctl.remove_relation(*CNI_RELATION)
+            cluster.settle()
+        with timed(phases, "add-relation (hooks)"):
+            ctl.add_relation(*CNI_RELATION)
+            cluster.settle()
+        with timed(phases, "until every unit is active"):
+            wait_active(cluster, "flannel")
+        with timed(phases, "a new pod addressed"):
+            pod = cluster.start_pod("m1")
+            if not pod.address:
+                raise RuntimeError("the new pod got no address")
+        results.put("re-add", "flannel", phases)
+        say("-- the re-add cycle, bare")
+        bare_phases: dict = {}
+        with timed(bare_phases, "remove-relation"):
+            ctl.remove_relation(*BARE_CNI_RELATION)
+            cluster.settle()
+        with timed(bare_phases, "add-relation (hooks)"):
+            ctl.add_relation(*BARE_CNI_RELATION)
+            cluster.settle()
+        with timed(bare_phases, "until every unit is active"):
+            wait_active(cluster, BARE)
+        results.put("re-add", "bare", bare_phases)
+        results.put("re-add", "flanneld start-to-lease", flanneld_start_to_lease(m1))
+        wait_active(cluster, "flannel")
+
+
+def _unit_on(cluster, app: str, machine: str) -> str:
+    for unit in cluster.controller.units(app):
+        if cluster.controller.unit(unit).get("machine") == cluster.machine_ids[machine]:
+            return unit
+    raise RuntimeError(f"no {app} unit on {machine}")
+
+
+def bench_deploy(charm: Path, resource: Path, machines: int, results: Results,
+                 say: Callable[[str], None]) -> None:
+    """Deploy flannel on N machines until every unit is active."""
+    from sandbox.cluster import Cluster
+
+    with Cluster(charm, resource, workers=machines, say=say) as cluster:
+        figures: dict = {}
+        with timed(figures, "deploy"):
+            cluster.deploy_flannel()
+            wait_active(cluster, "flannel", timeout=300)
+        figures["cpu per unit"] = figures["deploy"]["cpu"] / machines
+        results.put("deploy", str(machines), figures)
+
+
+# --- the report ----------------------------------------------------------------------
+
+def _ratio(a, b) -> str:
+    return "{:.2f}x".format(a / b) if a and b else "-"
+
+
+def report(results: Results) -> str:
+    f = results.figures
+    lines = ["{:<44} {:>10} {:>10} {:>8}".format("figure", "flannel", "bare", "ratio")]
+
+    def row(name, a, b=None, unit="s"):
+        fmt = ("{:.3f}" + unit).format
+        lines.append("{:<44} {:>10} {:>10} {:>8}".format(
+            name, fmt(a) if a is not None else "-", fmt(b) if b is not None else "-",
+            _ratio(a, b) if b is not None else ""))
+
+    if "bootstrap" in f:
+        row("bootstrap (first install of the deps)", f["bootstrap"]["flannel"],
+            f["bootstrap"]["bare"])
+    if "update-status" in f:
+        us = f["update-status"]
+        row("update-status wall (median)", us["flannel"]["wall"], us["bare"]["wall"])
+        row("update-status CPU (median)", us["flannel"]["cpu"], us["bare"]["cpu"])
+    if "re-add" in f:
+        ra = f["re-add"]
+        for phase, fig in ra["flannel"].items():
+            bare = ra["bare"].get(phase)
+            row(f"re-add: {phase}", fig["wall"], bare["wall"] if bare else None)
+        lease = ra["flanneld start-to-lease"]
+        row("flanneld start-to-lease", lease)
+        flannel_total = sum(v["wall"] for k, v in ra["flannel"].items() if k != "remove-relation")
+        bare_total = sum(v["wall"] for k, v in ra["bare"].items() if k != "remove-relation")
+        row("re-add to active + pod (vs bare + lease)", flannel_total, bare_total + lease)
+    for n, fig in sorted(f.get("deploy", {}).items(), key=lambda kv: int(kv[0])):
+        row(f"deploy {n} machine(s): wall", fig["deploy"]["wall"])
+        row(f"deploy {n} machine(s): CPU per unit", fig["cpu per unit"])
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from sandbox.resource import build_resource, host_arch
+
+    parser = argparse.ArgumentParser(prog="python -m sandbox bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--charm", type=Path, required=True, help="the built charm directory")
+    parser.add_argument("--resource", type=Path, help="flannel-<arch>.tar.gz (default: build it)")
+    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--machines", default="1,4,16",
+                        help="cluster sizes to deploy (comma-separated; '' for none)")
+    parser.add_argument("--runs", type=int, default=20, help="update-status runs per charm")
+    args = parser.parse_args(argv)
+    resource = args.resource or build_resource(host_arch(), Path(args.charm).parent,
+                                               progress=print)
+    results = Results()
+    with tempfile.TemporaryDirectory(prefix="flannel-bench-") as tmp:
+        bare = make_bare_charm(Path(args.charm), Path(tmp) / BARE)
+        bench_side_by_side(Path(args.charm), resource, bare, args.runs, results, print)
+        for n in [int(x) for x in args.machines.split(",") if x.strip()]:
+            print(f"-- deploy on {n} machine(s)")
+            bench_deploy(Path(args.charm), resource, n, results, print)
+    print()
+    print(report(results))
+    if args.json:
+        args.json.write_text(json.dumps(results.figures, indent=2, default=asdict))
+        print(f"figures written to {args.json}")
+    return 0
