@@ -27,10 +27,12 @@ own sysfs (its network devices); ``/proc``, ``/tmp``, ``/home``, ``/work``,
 
 The machine has an Ubuntu 22.04 identity (``/etc/os-release``,
 ``/etc/lsb-release``), a ``/run/systemd/system`` directory and a
-``/usr/local/sbin/systemctl`` that runs docker-systemctl-replacement's
-``systemctl3``: with those, charmhelpers' ``service_*`` calls ``systemctl``,
-and ``systemctl start flannel`` really starts ``/lib/systemd/system/
-flannel.service`` inside the machine (the daemon outlives the command,
+``/usr/local/sbin/systemctl`` (sandbox/systemctl.py) that runs
+docker-systemctl-replacement's ``systemctl3`` held to systemd 252's rules
+(refuses ``daemon-reload UNIT`` and unknown verbs, restarts units per
+``Restart=``/``RestartSec=``, no fixed waits): with those, charmhelpers'
+``service_*`` calls ``systemctl``, and ``systemctl start flannel`` really
+starts ``/lib/systemd/system/flannel.service`` inside the machine (the daemon outlives the command,
 ``stop`` ends it).
 
 API::
@@ -145,6 +147,9 @@ while True:
 """
 
 
+SYSTEMCTL_SOURCE = Path(__file__).with_name("systemctl.py")
+
+
 def find_systemctl3() -> str:
     """docker-systemctl-replacement's systemctl3 from the current venv, the
     project's cache venv, /tmp/venv, or PATH."""
@@ -214,8 +219,10 @@ class Machine:
         (u / "run/systemd/system").mkdir(parents=True)
         sbin = u / "usr/local/sbin"
         sbin.mkdir(parents=True, exist_ok=True)
+        # systemctl3 held to systemd 252's rules, run by the Python that has it
         wrapper = sbin / "systemctl"
-        wrapper.write_text(f'#!/bin/sh\nexec {find_systemctl3()} "$@"\n')
+        python = Path(find_systemctl3()).read_text().splitlines()[0][2:].strip()
+        wrapper.write_text(f"#!{python}\n" + SYSTEMCTL_SOURCE.read_text())
         wrapper.chmod(0o755)
         return overlays
 
@@ -279,10 +286,13 @@ class Machine:
     # --- running things inside ----------------------------------------------
     def command(self, argv, cwd: str | None = None) -> list[str]:
         prefix = ["nsenter", f"--mount=/proc/{self.holder_pid}/ns/mnt",
-                  f"--net={NETNS_DIR / self.netns}"]
+                  f"--net={NETNS_DIR / self.netns}", "--"]
+        argv = [str(a) for a in argv]
         if cwd:
-            prefix.append(f"--wd={cwd}")
-        return prefix + ["--"] + [str(a) for a in argv]
+            # nsenter's --wd opens the directory before entering the mount
+            # namespace (the host's path): change directory inside instead
+            argv = ["/bin/sh", "-c", 'cd "$0" || exit 126; exec "$@"', str(cwd), *argv]
+        return prefix + argv
 
     def environment(self, env=None, inherit_env: bool = False) -> dict:
         base = dict(os.environ) if inherit_env else {

@@ -20,7 +20,7 @@ See controller.py for the hook order, hooktools.py for the hook tools.
 
 from .agent import HookRun, default_python
 from .apps import (EmulatedApp, EtcdApp, HookContext, KubernetesControlPlaneApp,
-                   KubernetesWorkerApp)
+                   KubernetesWorkerApp, NrpeApp)
 from .controller import Controller, SettleError
 from .executors import Executor, LocalExecutor, MachineExecutor, UnshareExecutor
 from .model import Model, ModelError, StateFile
@@ -29,7 +29,7 @@ from .principals import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp
 __all__ = [
     "Controller", "SettleError", "HookRun", "default_python",
     "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp", "KubernetesControlPlaneApp",
-    "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp",
+    "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp", "NrpeApp",
     "Executor", "LocalExecutor", "MachineExecutor", "UnshareExecutor",
     "Model", "ModelError", "StateFile",
 ]

@@ -31,6 +31,7 @@ SANDBOX_VENV_PYTHON = "/var/cache/flannel-charm/venv/bin/python"
 FALLBACK_PYTHON = "/tmp/venv/bin/python"
 PYTHON_ENV = "SANDBOX_JUJU_PYTHON"
 
+API_ADDRESS = "10.0.0.1:17070"  # the emulated controller has no API: for show only
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
 
 MISSING_MARK = b"SANDBOX-JUJU-HOOK-MISSING"
@@ -41,7 +42,6 @@ HOOK_WRAPPER = r'''
 cd "$1" 2>/dev/null || { echo SANDBOX-JUJU-NO-CHARM-DIR; exit 0; }
 charm=$1 hook=$2 out=$3 err=$4
 if [ -e "$charm/dispatch" ]; then
-    JUJU_DISPATCH_PATH="hooks/$hook"; export JUJU_DISPATCH_PATH
     exec "$charm/dispatch" </dev/null >"$out" 2>"$err"
 fi
 if [ -e "$charm/hooks/$hook" ]; then
@@ -200,36 +200,63 @@ class UnitAgent:
         return cp.stdout
 
     # -- hooks -----------------------------------------------------------------------
-    def hook_env(self, data: dict, unit: dict, hook: str, context_id: str, rel_env: dict) -> dict:
+    def hook_env(self, data: dict, unit: dict, hook: str, context_id: str, rel_env: dict,
+                 machine: dict | None = None) -> dict:
+        """The variables Juju 3.x's unit agent sets for a hook: HookVars() in
+        juju/juju worker/uniter/runner/context/context.go (3.x) plus
+        ubuntuEnv() of its env.go (APT_LISTCHANGES_FRONTEND, DEBIAN_FRONTEND,
+        LANG, TERM, PATH with the tools dir first) and JUJU_DISPATCH_PATH from
+        the runner.  Relation hooks add JUJU_RELATION, JUJU_RELATION_ID,
+        JUJU_REMOTE_UNIT (empty for app-data changes and -broken),
+        JUJU_REMOTE_APP, and JUJU_DEPARTING_UNIT in -departed hooks."""
         m = data["model"]
+        machine = machine or {}
+        tag = _model.unit_tag(unit["name"])
         env = {
-            "PATH": f"{unit['tools-dir']}:{BASE_PATH}",
+            "PATH": f"{unit['tools-dir'] or self.tools.staging}:{BASE_PATH}",
+            "APT_LISTCHANGES_FRONTEND": "none",
+            "DEBIAN_FRONTEND": "noninteractive",
             "LANG": "C.UTF-8",
+            "TERM": "tmux-256color",
             "HOME": "/root",
-            "CHARM_DIR": unit["charm-dir"],
-            "JUJU_CHARM_DIR": unit["charm-dir"],
+            "CHARM_DIR": unit["charm-dir"] or "",
+            "JUJU_CHARM_DIR": unit["charm-dir"] or "",
             "JUJU_CONTEXT_ID": context_id,
+            "JUJU_HOOK_NAME": hook,
+            "JUJU_DISPATCH_PATH": f"hooks/{hook}",
+            # no agent socket here: the hook tools read the model state file
+            "JUJU_AGENT_SOCKET_ADDRESS": f"@/var/lib/juju/agents/{tag}/agent.socket",
+            "JUJU_AGENT_SOCKET_NETWORK": "unix",
             "JUJU_UNIT_NAME": unit["name"],
             "JUJU_MODEL_NAME": m["name"],
             "JUJU_MODEL_UUID": m["uuid"],
-            "JUJU_HOOK_NAME": hook,
-            "JUJU_VERSION": m["juju-version"],
-            "JUJU_MACHINE_ID": str(unit.get("machine")),
+            "JUJU_API_ADDRESSES": API_ADDRESS,
+            "JUJU_SLA": "unsupported",
+            "JUJU_MACHINE_ID": str(unit.get("machine") if unit.get("machine") is not None
+                                   else ""),
             "JUJU_PRINCIPAL_UNIT": unit.get("principal") or "",
+            "JUJU_AVAILABILITY_ZONE": machine.get("zone") or "",
+            "JUJU_VERSION": m["juju-version"],
+            "CLOUD_API_VERSION": "",
             "JUJU_CHARM_HTTP_PROXY": "",
             "JUJU_CHARM_HTTPS_PROXY": "",
             "JUJU_CHARM_FTP_PROXY": "",
             "JUJU_CHARM_NO_PROXY": "127.0.0.1,localhost,::1",
-            "JUJU_SLA": "unsupported",
+            "JUJU_METER_STATUS": "NOT SET",
+            "JUJU_METER_INFO": "",
             _model.STATE_ENV: self.state.path,
         }
-        env.update({k: v for k, v in rel_env.items() if v})
+        if rel_env.get("JUJU_RELATION_ID"):
+            for k in ("JUJU_RELATION", "JUJU_RELATION_ID", "JUJU_REMOTE_UNIT", "JUJU_REMOTE_APP"):
+                env[k] = rel_env.get(k) or ""
+            if rel_env.get("JUJU_DEPARTING_UNIT"):
+                env["JUJU_DEPARTING_UNIT"] = rel_env["JUJU_DEPARTING_UNIT"]
         env.update(self.extra_env)
         return env
 
     def run_hook(self, executor, data: dict, unit: dict, hook: str, context_id: str,
-                 rel_env: dict, seq: int) -> HookRun:
-        env = self.hook_env(data, unit, hook, context_id, rel_env)
+                 rel_env: dict, seq: int, machine: dict | None = None) -> HookRun:
+        env = self.hook_env(data, unit, hook, context_id, rel_env, machine)
         safe = context_id.replace("/", "-")
         out = os.path.join(self.run_dir, safe + ".out")
         err = os.path.join(self.run_dir, safe + ".err")

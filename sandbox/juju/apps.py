@@ -76,6 +76,25 @@ class HookContext:
                                f"{(cp.stderr or b'').decode('utf-8', 'replace')[-2000:]}")
         return cp
 
+    def hook_env(self, charm_dir: str | None = None) -> dict:
+        """The environment the unit agent gives a charm's hook, for an
+        emulated application that runs real charm code in this process
+        (hook tools from the model's staging dir on PATH)."""
+        m = self.model()
+        rec = dict(m.unit(self.unit))
+        if charm_dir is not None:
+            rec["charm-dir"] = str(charm_dir)
+        rel_env = {}
+        if self.relation_id is not None:
+            rel_env = {"JUJU_RELATION": self.endpoint,
+                       "JUJU_RELATION_ID": f"{self.endpoint}:{self.relation_id}",
+                       "JUJU_REMOTE_UNIT": self.remote_unit or "",
+                       "JUJU_REMOTE_APP": self.remote_app or "",
+                       "JUJU_DEPARTING_UNIT": self.departing_unit or ""}
+        machine = m.data["machines"].get(str(rec.get("machine")))
+        return self.controller.agent.hook_env({"model": m.data["model"]}, rec, self.hook,
+                                              self.context_id, rel_env, machine)
+
     def is_leader(self) -> bool:
         return self.model().app(self.app).get("leader") == self.unit
 
@@ -114,7 +133,9 @@ class HookContext:
 
     def relation_ids(self, endpoint: str | None = None) -> list[int]:
         m = self.model()
-        return [r["id"] for r in m.unit_relations(self.unit, endpoint or self.endpoint)]
+        context = m.data["contexts"].get(self.context_id)
+        return [r["id"] for r in _model.hook_relations(m, self.unit, endpoint or self.endpoint,
+                                                       context)]
 
     def relation_units(self, rid=None) -> list[str]:
         m = self.model()
@@ -204,16 +225,18 @@ class EmulatedApp:
 
 
 class EtcdApp(EmulatedApp):
-    """The etcd charm's `db` endpoint (interface etcd, provides): publishes
-    connection_string, version, client_ca, client_cert, client_key on its
-    unit databag in every db relation, as the etcd charm does."""
+    """The etcd charm's `db` endpoint (interface etcd, provides), as the etcd
+    charm behaves: once it is ready (its certificates placed) it publishes
+    connection_string, version, client_ca, client_cert and client_key on its
+    unit databag in every db relation, all five in one hook; before that it
+    publishes nothing (never a key with an empty value)."""
 
     charm_name = "etcd"
     endpoints = {"db": {"interface": "etcd", "role": "provides", "scope": "global"}}
 
     def __init__(self, connection_string: str = "", *, version: str = "", client_ca: str = "",
                  client_cert: str = "", client_key: str = "", name: str = "etcd",
-                 address: str | None = None):
+                 address: str | None = None, ready: bool = True):
         super().__init__(name)
         self.connection_string = connection_string
         self.etcd_version = version
@@ -222,10 +245,11 @@ class EtcdApp(EmulatedApp):
         self.client_cert = client_cert
         self.client_key = client_key
         self.address = address
-        self.publish_tls = True
+        self.ready = ready
 
     @classmethod
-    def from_server(cls, server, *, name: str = "etcd", client_cert=None, client_key=None):
+    def from_server(cls, server, *, name: str = "etcd", client_cert=None, client_key=None,
+                    ready: bool = True):
         """From a running sandbox.etcd.EtcdServer (its endpoint, version and
         PKI); client_cert/client_key override the PKI's client pair."""
         pki = server.pki
@@ -237,20 +261,20 @@ class EtcdApp(EmulatedApp):
         return cls(server.endpoint, version=server.version, client_ca=text(pki.ca_cert),
                    client_cert=text(client_cert or pki.client_cert),
                    client_key=text(client_key or pki.client_key), name=name,
-                   address=server.host)
+                   address=server.host, ready=ready)
 
     def data(self) -> dict:
-        d = {"connection_string": self.connection_string, "version": self.etcd_version}
-        if self.publish_tls:
-            d.update(client_ca=self.client_ca, client_cert=self.client_cert,
-                     client_key=self.client_key)
-        else:
-            d.update(client_ca="", client_cert="", client_key="")
+        """What a db relation gets now: all five keys, or nothing yet."""
+        d = {"connection_string": self.connection_string, "version": self.etcd_version,
+             "client_ca": self.client_ca, "client_cert": self.client_cert,
+             "client_key": self.client_key}
+        if not self.ready or not all(d.values()):
+            return {}
         return d
 
     def update(self, **changes) -> None:
         """Change what is published (connection_string=..., version=...,
-        client_ca=..., publish_tls=False ...) and queue config-changed on the
+        client_cert=..., ready=True ...) and queue config-changed on the
         etcd units, which republishes."""
         for k, v in changes.items():
             if k == "version":
@@ -268,11 +292,12 @@ class EtcdApp(EmulatedApp):
         ctx.status_set("maintenance", "Installing etcd.")
 
     def on_start(self, ctx):
-        ctx.status_set("active", "Healthy with 1 known peer")
+        self._assess(ctx)
         if self.etcd_version:
             ctx.application_version_set(self.etcd_version)
 
     def on_config_changed(self, ctx):
+        self._assess(ctx)
         self._publish_all(ctx)
 
     def on_db_relation_joined(self, ctx):
@@ -280,6 +305,45 @@ class EtcdApp(EmulatedApp):
 
     def on_db_relation_changed(self, ctx):
         ctx.relation_set(**self.data())
+
+    def _assess(self, ctx):
+        if self.data():
+            ctx.status_set("active", "Healthy with 1 known peer")
+        else:
+            ctx.status_set("waiting", "Waiting for certificates.")
+
+
+class NrpeApp(EmulatedApp):
+    """The nrpe subordinate: on a principal through juju-info (container),
+    and related to other subordinates' nrpe-external-master; publishes
+    nagios_hostname (<nagios_context>-<principal unit>, e.g.
+    juju-kubernetes-worker-0) and nagios_host_context (its nagios_context
+    option) on nrpe-external-master, as the nrpe charm does."""
+
+    charm_name = "nrpe"
+    subordinate = True
+    endpoints = {
+        "general-info": {"interface": "juju-info", "role": "requires", "scope": "container"},
+        "nrpe-external-master": {"interface": "nrpe-external-master", "role": "requires",
+                                 "scope": "container"},
+    }
+    config_defaults = {"nagios_context": "juju"}
+
+    def __init__(self, name: str = "nrpe"):
+        super().__init__(name)
+
+    def published(self, ctx) -> dict:
+        m = ctx.model()
+        principal = m.unit(ctx.unit).get("principal") or ctx.unit
+        context = ctx.config().get("nagios_context") or "juju"
+        return {"nagios_hostname": f"{context}-{principal.replace('/', '-')}",
+                "nagios_host_context": context}
+
+    def on_nrpe_external_master_relation_joined(self, ctx):
+        ctx.relation_set(**self.published(ctx))
+
+    def on_nrpe_external_master_relation_changed(self, ctx):
+        ctx.relation_set(**self.published(ctx))
 
 
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")

@@ -53,6 +53,8 @@ from .scheduler import HookScheduler, SettleError, apply_changes  # noqa: F401
 from .status import format_status as _format_status, model_status
 
 JUJU_VERSION = "3.6.4"
+PARALLEL_ENV = "SANDBOX_JUJU_PARALLEL"
+DEFAULT_PARALLEL = 16
 RELATION_HOOKS = ("created", "joined", "changed", "departed", "broken")
 
 
@@ -65,7 +67,7 @@ class Controller(ModelOperations, HookScheduler):
 
     def __init__(self, state_dir, model_name="sandbox", *, python=None,
                  juju_version=JUJU_VERSION, hook_timeout=DEFAULT_TIMEOUT,
-                 extra_env=None, arch="amd64"):
+                 extra_env=None, arch="amd64", parallel=None):
         self.state_dir = os.path.abspath(os.fspath(state_dir))
         os.makedirs(self.state_dir, exist_ok=True)
         self.logs_dir = os.path.join(self.state_dir, "logs")
@@ -86,6 +88,9 @@ class Controller(ModelOperations, HookScheduler):
         self.executors: dict[str, object] = {}
         self.emulated: dict[str, object] = {}
         self.queue: list[dict] = []
+        # hooks of units on different machines run concurrently, up to this many
+        # at once (1: one hook at a time, in queue order, as before issue 9)
+        self.parallel = int(parallel or os.environ.get(PARALLEL_ENV) or DEFAULT_PARALLEL)
         self.hook_log: list[HookRun] = []
         self._seq = itertools.count(1)
         self._manifests: dict[str, list[str]] = {}

@@ -275,7 +275,7 @@ def cmd_relation_ids(ctx, opts, args):
     if not endpoint:
         raise Usage("no endpoint name specified")
     m = ctx.read()
-    rels = m.unit_relations(ctx.unit_name, endpoint)
+    rels = _model.hook_relations(m, ctx.unit_name, endpoint, ctx.hook_context(m.data))
     write_output([m.relation_key(r, ctx.unit_name) for r in rels], opts)
 
 

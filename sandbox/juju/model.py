@@ -11,7 +11,9 @@ State layout (all JSON)::
      "model": {"name", "uuid", "juju-version"},
      "next-relation-id": int, "next-machine-id": int,
      "machines": {"0": {"id", "name", "address", "interface", "cidr", "mac",
-                        "hostname", "juju-root"}},
+                        "hostname", "juju-root", "zone",
+                        "extra-bind-addresses": [{"interface", "address", "cidr", "mac",
+                                                  "first"}]}},
      "applications": {"flannel": {
           "name", "kind": "charm"|"emulated", "charm-dir", "charm-name",
           "charm-revision", "subordinate", "endpoints": {ep: {"interface",
@@ -284,6 +286,9 @@ class Model:
         return self.machine(mid).get("address")
 
     def network_info(self, unit: str) -> dict:
+        """network-get's answer: the machine's primary interface, plus any
+        extra bind addresses the machine has (a fan-* bridge on fan models),
+        in the machine's order; ingress and egress stay the primary address."""
         rec = self.unit(unit)
         if rec.get("machine") is None:
             addr = rec.get("address")
@@ -291,22 +296,34 @@ class Model:
         else:
             m = self.machine(rec["machine"])
         addr = m.get("address")
-        addresses = []
-        if addr:
-            addresses.append({"hostname": "", "address": addr, "cidr": m.get("cidr") or "",
-                              "value": addr})
-        mac = m.get("mac") or ""
-        iface = m.get("interface") or ""
+        primary = {"interface": m.get("interface") or "", "mac": m.get("mac") or "",
+                   "address": addr, "cidr": m.get("cidr") or ""}
+        extra = list(m.get("extra-bind-addresses") or [])
+        before = [e for e in extra if e.get("first")]
+        after = [e for e in extra if not e.get("first")]
+        bind = []
+        for entry in before + [primary] + after:
+            a = entry.get("address")
+            addresses = [{"hostname": "", "address": a, "cidr": entry.get("cidr") or "",
+                          "value": a}] if a else []
+            mac, iface = entry.get("mac") or "", entry.get("interface") or ""
+            bind.append({"mac-address": mac, "interface-name": iface, "addresses": addresses,
+                         # legacy spellings Juju still prints beside the new ones
+                         "macaddress": mac, "interfacename": iface})
         return {
-            "bind-addresses": [{
-                "mac-address": mac, "interface-name": iface,
-                "addresses": addresses,
-                # legacy spellings Juju still prints beside the new ones
-                "macaddress": mac, "interfacename": iface,
-            }],
+            "bind-addresses": bind,
             "egress-subnets": [f"{addr}/32"] if addr else [],
             "ingress-addresses": [addr] if addr else [],
         }
+
+
+def hook_relations(m: Model, unit: str, endpoint: str | None, context: dict | None) -> list:
+    """The relations relation-ids lists in a hook: Juju 3.4+ leaves the
+    relation out of its own -relation-broken hook."""
+    rels = m.unit_relations(unit, endpoint)
+    if context and (context.get("hook") or "").endswith("-relation-broken"):
+        rels = [r for r in rels if r["id"] != context.get("relation-id")]
+    return rels
 
 
 def unit_sort_key(name: str):

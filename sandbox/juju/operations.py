@@ -40,9 +40,10 @@ class ModelOperations:
     # machines
     # ======================================================================
     def add_machine(self, executor, *, address=None, cidr=None, interface="eth0",
-                    mac=None, hostname=None, name=None) -> str:
+                    mac=None, hostname=None, name=None, zone="") -> str:
         """Register a machine (an executor, or a sandbox Machine) with its
-        network binding; returns its Juju machine id ("0", "1", ...)."""
+        network binding and availability zone; returns its Juju machine id
+        ("0", "1", ...)."""
         ex = as_executor(executor)
         with self.state.transaction() as data:
             mid = str(data["next-machine-id"])
@@ -50,11 +51,23 @@ class ModelOperations:
             data["machines"][mid] = {
                 "id": mid, "name": name or f"machine-{mid}", "address": address,
                 "cidr": cidr, "interface": interface, "mac": mac,
-                "hostname": hostname or name or f"juju-machine-{mid}",
+                "hostname": hostname or name or f"juju-machine-{mid}", "zone": zone or "",
+                "extra-bind-addresses": [],
                 "executor": repr(ex), "since": _now(),
             }
         self.executors[mid] = ex
         return mid
+
+    def add_bind_address(self, machine_id, interface: str, address: str, cidr: str = "",
+                         mac: str = "", first: bool = False) -> None:
+        """Give a machine one more bind address network-get lists (a
+        `fan-252` bridge on fan-enabled models, say), after the primary
+        interface or, with first=True, before it."""
+        with self.state.transaction() as data:
+            mach = Model(data).machine(machine_id)
+            mach.setdefault("extra-bind-addresses", []).append(
+                {"interface": interface, "address": address, "cidr": cidr, "mac": mac,
+                 "first": bool(first)})
 
     def add_sandbox_machine(self, machine) -> str:
         """Register a started sandbox.machine.Machine: its eth0 address,
@@ -540,8 +553,9 @@ class ModelOperations:
                 "remote-app": rel_env.get("JUJU_REMOTE_APP"), "writes": {},
                 "app-version": None, "ports": {"open": [], "close": []}}
             model_info = {"model": dict(data["model"])}
-        env = self.agent.hook_env(model_info, rec, "", context_id, rel_env)
-        env.pop("JUJU_HOOK_NAME", None)
+            machine = data["machines"].get(str(rec.get("machine")))
+        env = self.agent.hook_env(model_info, rec, "", context_id, rel_env, machine)
+        del env["JUJU_HOOK_NAME"], env["JUJU_DISPATCH_PATH"]  # a command, not a hook
         try:
             cp = self.executor_for(unit).run(list(argv), env=env, cwd=rec["charm-dir"],
                                              input=input, timeout=timeout)

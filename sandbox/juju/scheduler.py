@@ -21,6 +21,7 @@ model operations.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 import uuid
@@ -66,21 +67,32 @@ class HookScheduler:
                     return
         self.queue.append(entry)
 
-    def _next_entry(self):
-        data = self.state.read()
-        blocked = set()
-        i = 0
-        while i < len(self.queue):
-            e = self.queue[i]
+    def _lane(self, data: dict, unit: str) -> str:
+        """Hooks of units on one machine run one at a time: Juju's unit
+        agents take the machine's hook-execution lock ("machine-lock") around
+        every hook.  Units on no machine (emulated etcd) have a lane each."""
+        mid = data["units"][unit].get("machine")
+        return f"machine-{mid}" if mid is not None else f"unit-{unit}"
+
+    def _next_entry(self, data: dict, busy_units=(), busy_lanes=()):
+        """The first queued entry that can start now: each unit's entries in
+        their order, nothing for a unit in error or still running a hook; a
+        hook also needs its machine's lane free."""
+        seen = set()
+        for e in list(self.queue):
             u = e["unit"]
+            if u in seen:
+                continue
+            seen.add(u)
             rec = data["units"].get(u)
             if rec is None:
-                del self.queue[i]  # the unit is gone
+                self._drop(e)  # the unit is gone
                 continue
-            if u not in blocked and rec["agent"]["status"] != "error":
-                return i, e
-            blocked.add(u)
-            i += 1
+            if rec["agent"]["status"] == "error" or u in busy_units:
+                continue
+            if e["op"] == "hook" and self._lane(data, u) in busy_lanes:
+                continue
+            return e
         return None
 
     def pending(self) -> list[dict]:
@@ -88,30 +100,78 @@ class HookScheduler:
 
     def settle(self, max_hooks: int = 2000, timeout: float | None = None) -> list[HookRun]:
         """Run queued work until nothing runnable is left (units in error
-        keep their queue).  Returns the hooks run by this call."""
+        keep their queue).  Hooks of units on different machines run at the
+        same time (up to `self.parallel`), as Juju's unit agents do; one
+        machine runs one hook at a time.  The queue and the model's
+        bookkeeping are only touched here, in the calling thread; worker
+        threads only run hook processes (or emulated hooks).  Returns the
+        hooks run by this call."""
         start = len(self.hook_log)
         deadline = time.monotonic() + timeout if timeout else None
         steps = 0
-        while True:
-            nxt = self._next_entry()
-            if nxt is None:
-                break
-            i, entry = nxt
-            steps += 1
-            if steps > max_hooks * 4 or len(self.hook_log) - start > max_hooks:
-                raise SettleError(f"model did not settle after {max_hooks} hooks; "
-                                  f"next: {entry}")
-            if deadline and time.monotonic() > deadline:
-                raise SettleError(f"model did not settle within {timeout}s; next: {entry}")
-            self._execute(i, entry)
+        running: dict = {}  # future -> (entry, job)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.parallel),
+                                                   thread_name_prefix="hook") as pool:
+            try:
+                while True:
+                    busy_units = {e["unit"] for e, _ in running.values()}
+                    busy_lanes = {job["lane"] for _, job in running.values()}
+                    entry = None
+                    if len(running) < max(1, self.parallel):
+                        entry = self._next_entry(self.state.read(), busy_units, busy_lanes)
+                    if entry is not None:
+                        steps += 1
+                        if steps > max_hooks * 4 or len(self.hook_log) - start > max_hooks:
+                            raise SettleError(f"model did not settle after {max_hooks} hooks; "
+                                              f"next: {entry}")
+                        if deadline and time.monotonic() > deadline:
+                            raise SettleError(f"model did not settle within {timeout}s; "
+                                              f"next: {entry}")
+                        if entry["op"] != "hook":
+                            self._execute(entry)
+                            continue
+                        job = self._begin_hook(entry)
+                        if job is None:
+                            continue
+                        if job["emulated"] and not getattr(
+                                self.emulated[job["record"]["app"]], "threadsafe", True):
+                            # e.g. real charm code run in this process (os.environ, sqlite)
+                            self._finish_hook(entry, job, self._run_job(job))
+                            continue
+                        running[pool.submit(self._run_job, job)] = (entry, job)
+                        continue
+                    if not running:
+                        break
+                    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    done, _ = concurrent.futures.wait(
+                        running, timeout=wait, return_when=concurrent.futures.FIRST_COMPLETED)
+                    if not done:
+                        raise SettleError(f"model did not settle within {timeout}s; running: "
+                                          f"{[e for e, _ in running.values()]}")
+                    for fut in sorted(done, key=lambda f: running[f][1]["seq"]):
+                        entry, job = running.pop(fut)
+                        self._finish_hook(entry, job, fut.result())
+            finally:
+                for fut in concurrent.futures.as_completed(list(running)):
+                    entry, job = running.pop(fut)
+                    self._finish_hook(entry, job, fut.result())
         self._cleanup()
         return self.hook_log[start:]
 
-    def _replace(self, i, entry, new_entries):
-        assert self.queue[i] is entry
-        self.queue[i:i + 1] = new_entries
+    def _drop(self, entry: dict) -> None:
+        for i, e in enumerate(self.queue):
+            if e is entry:
+                del self.queue[i]
+                return
 
-    def _execute(self, i, entry):
+    def _replace(self, entry, new_entries):
+        for i, e in enumerate(self.queue):
+            if e is entry:
+                self.queue[i:i + 1] = new_entries
+                return
+        raise AssertionError(f"{entry} is not queued")
+
+    def _execute(self, entry):
         op = entry["op"]
         unit = entry["unit"]
         if op == "setup":
@@ -119,7 +179,7 @@ class HookScheduler:
                 m = Model(data)
                 rec = m.unit(unit)
                 rec["phase"] = "setting-up"
-            self._replace(i, entry, [
+            self._replace(entry, [
                 {"unit": unit, "op": "hook", "hook": "install"},
                 {"unit": unit, "op": "setup-relations"},
                 {"unit": unit, "op": "leader"},
@@ -131,34 +191,32 @@ class HookScheduler:
             m = self.model()
             new = [self._hook_entry(m, unit, rel, "created") for rel in m.unit_relations(unit)
                    if rel["life"] == "alive" and unit not in rel["created"]]
-            self._replace(i, entry, new)
+            self._replace(entry, new)
         elif op == "leader":
             m = self.model()
             hook = "leader-elected" if m.app(m.unit(unit)["app"])["leader"] == unit \
                 else "leader-settings-changed"
-            self._replace(i, entry, [{"unit": unit, "op": "hook", "hook": hook}])
+            self._replace(entry, [{"unit": unit, "op": "hook", "hook": hook}])
         elif op == "enter-scopes":
             with self.state.transaction() as data:
                 m = Model(data)
                 m.unit(unit)["phase"] = "done"
                 rels = [r["id"] for r in m.unit_relations(unit)
                         if r["life"] == "alive" and unit in r["created"]]
-            self._replace(i, entry, [{"unit": unit, "op": "enter-scope", "relation": rid}
-                                     for rid in rels])
+            self._replace(entry, [{"unit": unit, "op": "enter-scope", "relation": rid}
+                                  for rid in rels])
         elif op == "enter-scope":
-            del self.queue[i]
+            self._drop(entry)
             self._enter_scope(unit, entry["relation"])
         elif op == "deploy-charm":
-            del self.queue[i]
+            self._drop(entry)
             rec = self.unit(unit)
             app = self.model().app(rec["app"])
             self._manifests[unit] = self.agent.upgrade_charm(
                 self.executor_for(unit), rec, app["charm-dir"], self._manifests.get(unit, []))
         elif op == "destroy":
-            del self.queue[i]
+            self._drop(entry)
             self._destroy(unit)
-        elif op == "hook":
-            self._run_hook(i, entry)
         else:  # pragma: no cover
             raise AssertionError(f"unknown queue op {op}")
 
@@ -211,7 +269,9 @@ class HookScheduler:
         return sorted(out, key=_model.unit_sort_key)
 
     # -- running one hook ------------------------------------------------------------
-    def _run_hook(self, i: int, entry: dict) -> None:
+    def _begin_hook(self, entry: dict) -> dict | None:
+        """Open the hook's context in the model (or drop a hook that has
+        nothing left to tell); returns what the worker needs to run it."""
         unit = entry["unit"]
         hook = entry["hook"]
         rid = entry.get("relation")
@@ -224,23 +284,24 @@ class HookScheduler:
             remote = entry.get("remote_unit")
             if kind is not None:
                 if rel is None:
-                    del self.queue[i]
-                    return
+                    self._drop(entry)
+                    return None
                 members = rel["members"].setdefault(unit, [])
                 if kind == "joined":
                     if remote not in rel["scope-units"]:
-                        del self.queue[i]  # it left before we saw it join
-                        return
+                        self._drop(entry)  # it left before we saw it join
+                        return None
                     if remote not in members:
                         members.append(remote)
                 elif kind == "changed" and remote is not None and remote not in members:
-                    del self.queue[i]
-                    return
+                    self._drop(entry)
+                    return None
                 elif kind == "departed" and remote in members:
                     members.remove(remote)
             data["contexts"][context_id] = {
                 "unit": unit, "hook": hook, "relation-id": rid,
                 "remote-unit": remote, "remote-app": entry.get("remote_app"),
+                "departing-unit": entry.get("departing"),
                 "writes": {}, "app-version": None, "ports": {"open": [], "close": []},
             }
             if hook == "install" and not rec["workload"].get("set-by-charm"):
@@ -249,7 +310,6 @@ class HookScheduler:
             rec["agent"] = {"status": "executing", "message": f"running {hook} hook",
                             "failed-hook": None, "since": _now()}
             app = m.app(rec["app"])
-            leader_before = dict(app.get("leader-settings", {}))
             rel_env = {}
             if rel is not None:
                 ep = m.local_endpoint(rel, rec["app"])["name"]
@@ -257,17 +317,31 @@ class HookScheduler:
                            "JUJU_REMOTE_UNIT": remote or "",
                            "JUJU_REMOTE_APP": entry.get("remote_app") or "",
                            "JUJU_DEPARTING_UNIT": entry.get("departing") or ""}
-            snapshot = {"model": dict(data["model"])}
-        seq = next(self._seq)
-        if app["kind"] == "emulated":
-            run = self._run_emulated(unit, hook, context_id, rel_env, seq, entry)
-        else:
-            run = self.agent.run_hook(self.executor_for(unit), snapshot, rec, hook,
-                                      context_id, rel_env, seq)
+            machine = data["machines"].get(str(rec.get("machine")))
+            return {"unit": unit, "hook": hook, "entry": dict(entry), "context": context_id,
+                    "rel_env": rel_env,
+                    "seq": next(self._seq), "lane": self._lane(data, unit),
+                    "emulated": app["kind"] == "emulated",
+                    "executor": self.executors.get(str(rec.get("machine"))),
+                    "model": {"model": dict(data["model"])}, "record": dict(rec),
+                    "machine": dict(machine) if machine else None,
+                    "leader-settings": dict(app.get("leader-settings", {}))}
+
+    def _run_job(self, job: dict) -> HookRun:
+        """In a worker thread: run the hook, touching no controller state."""
+        if job["emulated"]:
+            return self._run_emulated(job)
+        return self.agent.run_hook(job["executor"], job["model"], job["record"], job["hook"],
+                                   job["context"], job["rel_env"], job["seq"], job["machine"])
+
+    def _finish_hook(self, entry: dict, job: dict, run: HookRun) -> None:
+        """Close the hook's context: commit its writes (or put the unit in
+        error), queue what they cause, log the run."""
+        unit, hook = job["unit"], job["hook"]
         ok = run.exit_code in (0, None)
         with self.state.transaction() as data:
             m = Model(data)
-            ctx = data["contexts"].pop(context_id, None)
+            ctx = data["contexts"].pop(job["context"], None)
             rec = m.unit(unit)
             if ok:
                 self._commit(m, unit, ctx)
@@ -278,23 +352,22 @@ class HookScheduler:
                 rec["agent"] = {"status": "error", "message": f'hook failed: "{hook}"',
                                 "failed-hook": hook, "since": _now()}
             app = m.app(rec["app"])
-            if app.get("leader-settings", {}) != leader_before:
+            if app.get("leader-settings", {}) != job["leader-settings"]:
                 for u in m.units_of(rec["app"]):
                     urec = m.unit(u)
                     if u != unit and urec["life"] == "alive" and urec["phase"] != "pending":
                         self._enqueue({"unit": u, "op": "hook", "hook": "leader-settings-changed"})
-        if ok and self.queue and i < len(self.queue) and self.queue[i] is entry:
-            del self.queue[i]
-        elif ok and entry in self.queue:
-            self.queue.remove(entry)
+        if ok:
+            self._drop(entry)
         self.hook_log.append(run)
         with open(self.hooks_log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(run.as_dict()) + "\n")
 
-    def _run_emulated(self, unit, hook, context_id, rel_env, seq, entry) -> HookRun:
+    def _run_emulated(self, job: dict) -> HookRun:
         from .apps import HookContext
-        obj = self.emulated[self.unit(unit)["app"]]
-        ctx = HookContext(self, unit, hook, context_id, entry)
+        unit, hook, rel_env, seq = job["unit"], job["hook"], job["rel_env"], job["seq"]
+        obj = self.emulated[job["record"]["app"]]
+        ctx = HookContext(self, unit, hook, job["context"], job["entry"])
         t0 = time.monotonic()
         started = time.time()
         rc, err = 0, ""
@@ -320,7 +393,7 @@ class HookScheduler:
         app = rec["app"]
         for rid_s, writes in ctx.get("writes", {}).items():
             rel = m.data["relations"].get(rid_s)
-            if rel is None:
+            if rel is None or self._leaving(ctx, unit, rel):
                 continue
             if writes.get("unit"):
                 bag = rel["unit-data"].setdefault(unit, {})
@@ -352,6 +425,15 @@ class HookScheduler:
         for p in ports.get("close", []):
             if p in opened:
                 opened.remove(p)
+
+    @staticmethod
+    def _leaving(ctx: dict, unit: str, rel: dict) -> bool:
+        """Juju 3 does not publish what a unit writes to a relation in a
+        -relation-departed hook of that relation when it is the one leaving
+        (its own departure, or the relation going away)."""
+        hook = ctx.get("hook") or ""
+        return (hook.endswith("-relation-departed") and ctx.get("relation-id") == rel["id"]
+                and (ctx.get("departing-unit") == unit or rel["life"] != "alive"))
 
     def _after_hook(self, m: Model, entry: dict, ok: bool) -> None:
         unit = entry["unit"]

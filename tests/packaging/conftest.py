@@ -3,10 +3,11 @@
 - ``reactive``: charms.reactive imported on this (Debian) host. charmhelpers
   refuses to import where /etc/os-release does not look like Ubuntu, so its
   platform probe is answered with "ubuntu" for this test process only.
-- ``juju``: a minimal in-process stand-in for the hook tools the Endpoint
-  machinery uses (relation-ids/-list/-get/-set, hook and unit names), with
-  the interface layers installed as $CHARM_DIR/hooks/relations/<interface>
-  exactly as charm-build lays them out.
+- ``juju``: a flannel unit in the sandbox's emulated Juju (sandbox.juju):
+  hooks in Juju's order, run in this process through charms.reactive's
+  Endpoint machinery with the sandbox's own hook tools, the interface
+  layers installed as $CHARM_DIR/hooks/relations/<interface> exactly as
+  charm-build lays them out.
 - ``built_charm``: the built charm dir: $FLANNEL_BUILT_CHARM if set (tox -e
   build sets it after running scripts/build-charm), else a fresh
   scripts/build-charm into a temporary dir (minutes on a cold cache).
@@ -63,121 +64,190 @@ def charm_dir(tmp_path_factory, reactive):
     return root
 
 
-class FakeJuju:
-    """The model as one unit's hook tools see it, and a way to run hooks."""
+class InProcessFlannel:
+    """flannel's interface layers as charms.reactive runs them, in this
+    process, as an application of the sandbox's emulated Juju: each hook the
+    controller dispatches to a flannel unit runs the Endpoint machinery with
+    the environment and hook tools (sandbox/juju/hooktools.py) a unit's hook
+    gets; ``during(endpoints)`` runs where handlers would."""
 
-    def __init__(self, unit="flannel/0"):
-        self.unit = unit
-        self.relations = {}  # rid -> {"endpoint", "units": {name: data}, "local": data}
-        self.hook = "install"
-        self.rid = None
-        self.remote = None
-        self.relation_sets = []  # (rid, settings) as relation-set got them
-        self.logged = []
-        self._next_id = 1
+    name = "flannel"
+    charm_name = "flannel"
+    subordinate = True
+    version = ""
+    address = None
+    threadsafe = False  # swaps os.environ; charmhelpers' sqlite is per thread
 
-    # --- model changes ------------------------------------------------------
-    def relate(self, endpoint, app, units=1):
-        rid = "{}:{}".format(endpoint, self._next_id)
-        self._next_id += 1
-        self.relations[rid] = {
-            "endpoint": endpoint,
-            "units": {"{}/{}".format(app, i): {} for i in range(units)},
-            "local": {},
-        }
-        return rid
+    def __init__(self, charm_dir):
+        import yaml
+        from sandbox.juju.operations import endpoints_from_metadata
 
-    def remote_units(self, rid):
-        return sorted(self.relations[rid]["units"])
+        self.charm_dir = charm_dir
+        meta = yaml.safe_load((charm_dir / "metadata.yaml").read_text())
+        self.endpoints = {k: v for k, v in endpoints_from_metadata(meta).items()
+                          if k != "juju-info"}
+        self.during = None
+        self.last = {}      # the Endpoint objects of the last hook
+        self.hooks = []
 
-    # --- hook tools ---------------------------------------------------------
-    def relation_ids(self, reltype=None):
-        return sorted(r for r, rel in self.relations.items()
-                      if reltype is None or rel["endpoint"] == reltype)
-
-    def related_units(self, relid=None):
-        rel = self.relations.get(relid or self.rid)
-        return sorted(rel["units"]) if rel else []
-
-    def relation_get(self, attribute=None, unit=None, rid=None, app=None):
-        rel = self.relations.get(rid or self.rid)
-        if rel is None:
-            return None
-        unit = unit or self.remote
-        data = dict(rel["local"] if unit == self.unit else rel["units"].get(unit, {}))
-        return data.get(attribute) if attribute else data
-
-    def relation_set(self, relation_id=None, relation_settings=None, app=False, **kwargs):
-        settings = dict(relation_settings or {}, **kwargs)
-        rid = relation_id or self.rid
-        self.relation_sets.append((rid, settings))
-        local = self.relations[rid]["local"]
-        for key, value in settings.items():
-            if value in (None, ""):
-                local.pop(key, None)
-            else:
-                local[key] = str(value)
-
-    def install(self, monkeypatch, hookenv):
-        monkeypatch.setattr(hookenv, "hook_name", lambda: self.hook)
-        monkeypatch.setattr(hookenv, "local_unit", lambda: self.unit)
-        monkeypatch.setattr(hookenv, "remote_unit", lambda: self.remote)
-        monkeypatch.setattr(hookenv, "relation_id", lambda *a, **k: self.rid)
-        monkeypatch.setattr(hookenv, "relation_type",
-                            lambda: self.rid.split(":")[0] if self.rid else None)
-        monkeypatch.setattr(hookenv, "relation_ids", self.relation_ids)
-        monkeypatch.setattr(hookenv, "related_units", self.related_units)
-        monkeypatch.setattr(hookenv, "relation_get", self.relation_get)
-        monkeypatch.setattr(hookenv, "relation_set", self.relation_set)
-        monkeypatch.setattr(hookenv, "log", lambda msg, level=None: self.logged.append(msg))
-
-    # --- hooks --------------------------------------------------------------
-    def run(self, hook, rid=None, remote=None, data=None, on_start=None):
-        """Run ``hook`` as the framework would up to (not including) dispatch.
-
-        ``data`` updates ``remote``'s databag first (a -changed hook); a
-        -departed hook drops ``remote`` from relation-list, as Juju does;
-        -broken leaves the relation with no units. ``on_start(endpoints)``
-        runs where handlers would, before relation data is flushed.
-        """
+    def dispatch(self, ctx):
         from charmhelpers.core import hookenv, unitdata
         from charms.reactive.endpoints import Endpoint
 
-        self.hook, self.rid, self.remote = hook, rid, remote
-        if rid and data is not None:
-            self.relations[rid]["units"].setdefault(remote, {}).update(data)
-        if rid and hook.endswith("-relation-joined"):
-            self.relations[rid]["units"].setdefault(remote, {})
-        if rid and hook.endswith("-relation-departed"):
-            self.relations[rid]["units"].pop(remote, None)
-        if rid and hook.endswith("-relation-broken"):
-            self.relations[rid]["units"].clear()
-        hookenv.cache.clear()
-        Endpoint._endpoints.clear()
-        Endpoint._startup()
-        if on_start:
-            on_start(Endpoint._endpoints)
-        hookenv._run_atexit()
-        unitdata.kv().flush()
-        if rid and hook.endswith("-relation-broken"):
-            del self.relations[rid]
-        return Endpoint._endpoints
+        self.hooks.append(ctx.hook)
+        env = ctx.hook_env(self.charm_dir)
+        saved = dict(os.environ)
+        os.environ.update(env)
+        try:
+            hookenv.cache.clear()
+            Endpoint._endpoints.clear()
+            Endpoint._startup()
+            if self.during:
+                self.during(Endpoint._endpoints)
+            hookenv._run_atexit()
+            unitdata.kv().flush()
+            self.last = dict(Endpoint._endpoints)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+class Publisher:
+    """A remote application that publishes what the test gives it, from its
+    units' own hooks (config-changed), on every relation of its endpoint."""
+
+    charm_name = None
+    subordinate = False
+    version = ""
+    address = None
+
+    def __init__(self, name, endpoint, interface, scope="global"):
+        from sandbox.juju import EmulatedApp
+
+        self.name = self.charm_name = name
+        self.endpoint = endpoint
+        self.endpoints = {endpoint: {"interface": interface, "role": "provides",
+                                     "scope": scope}}
+        self.pending = {}
+        self._base = EmulatedApp(name)
+
+    def attach(self, controller):
+        self._base.attach(controller)
+
+    def dispatch(self, ctx):
+        if ctx.hook == "config-changed" and ctx.unit in self.pending:
+            values = self.pending.pop(ctx.unit)
+            for rid in ctx.relation_ids(self.endpoint):
+                ctx.relation_set(rid=rid, **values)
+
+
+class SandboxJuju:
+    """A flannel unit in the sandbox's emulated model (sandbox.juju), on a
+    local machine under a kubernetes-worker, related to remote applications
+    whose units publish what the test gives them.  Every hook runs in Juju's
+    order, through the same hook tools the sandbox machines use."""
+
+    def __init__(self, tmp_path, charm_dir):
+        from sandbox.juju import Controller, LocalExecutor
+
+        self.ctl = Controller(tmp_path / "model")
+        self.machine = self.ctl.add_machine(LocalExecutor(tmp_path / "m0"), address="10.0.0.10",
+                                            cidr="10.0.0.0/24", interface="eth0")
+        self.charm = InProcessFlannel(charm_dir)
+        self.ctl.deploy(self.charm)
+        self.apps = {}
+
+    @property
+    def unit(self):
+        alive = [u for u in self.ctl.units("flannel") if self.ctl.unit(u)["life"] == "alive"]
+        return alive[-1] if alive else None
+
+    @property
+    def endpoints(self):
+        return self.charm.last
+
+    def relate(self, endpoint, app, units=1):
+        """Relate flannel:endpoint to a new application `app` (a principal
+        on the machine for cni; else, once flannel has a unit, anywhere);
+        settle; returns the relation id."""
+        from sandbox.juju import NrpeApp
+
+        spec = self.charm.endpoints[endpoint]
+        if endpoint == "cni":
+            remote = Publisher(app, "cni", spec["interface"], scope="container")
+            self.ctl.deploy(remote, to=[self.machine] * units)
+        else:
+            if self.unit is None:
+                self.relate("cni", "kubernetes-worker")
+            if endpoint == "nrpe-external-master":
+                remote = NrpeApp(app)
+                self.ctl.deploy(remote)
+                principal = self.ctl.unit(self.unit)["principal"].split("/")[0]
+                self.ctl.add_relation(f"{app}:general-info", f"{principal}:juju-info")
+            else:
+                remote = Publisher(app, "db", spec["interface"])
+                self.ctl.deploy(remote, to=[self.machine] * units)
+        self.apps[app] = remote
+        ep = "nrpe-external-master" if endpoint == "nrpe-external-master" else remote.endpoint
+        rid = self.ctl.add_relation(f"flannel:{endpoint}", f"{app}:{ep}")
+        self.settle()
+        return rid
+
+    def publish(self, unit, **values):
+        """`unit` sets relation data in one of its hooks (config-changed);
+        flannel sees -relation-changed. Returns flannel's endpoints."""
+        self.apps[unit.split("/")[0]].pending[unit] = values
+        self.ctl.fire(unit, "config-changed")
+        self.settle()
+        return self.endpoints
+
+    def depart(self, unit):
+        """The remote unit goes away (`juju remove-unit`)."""
+        self.ctl.remove_unit(unit)
+        self.settle()
+
+    def unrelate(self, rid):
+        rel = self.ctl.model().relation(rid)
+        a, b = (f"{e['app']}:{e['name']}" for e in rel["endpoints"])
+        self.ctl.remove_relation(a, b)
+        self.settle()
+
+    def fire(self, hook):
+        self.ctl.fire(self.unit, hook)
+        self.settle()
+        return self.endpoints
+
+    def settle(self):
+        self.ctl.settle()
+        failed = [r for r in self.ctl.hook_log if not r.ok]
+        assert not failed, failed[0].stderr_tail
+
+    def local_data(self, rid):
+        return self.ctl.relation_data(rid, self.unit)
+
+    def relation_sets(self, rid=None):
+        """relation-set calls flannel's hooks made (on relation rid)."""
+        def on(call):
+            return rid is None or any(a == str(rid) or a.endswith(f":{rid}")
+                                      for a in call["args"])
+        return [c for c in self.ctl.tool_calls() if c["tool"] == "relation-set"
+                and (c["unit"] or "").startswith("flannel/") and on(c)]
+
+    def log(self):
+        return "".join(self.ctl.unit_log(u) for u in self.ctl.units("flannel"))
 
 
 @pytest.fixture
 def juju(reactive, charm_dir, tmp_path, monkeypatch):
     from charmhelpers.core import hookenv, unitdata
 
-    monkeypatch.setenv("CHARM_DIR", str(charm_dir))
     monkeypatch.setenv("UNIT_STATE_DB", str(tmp_path / "unit-state.db"))
-    monkeypatch.setenv("JUJU_UNIT_NAME", "flannel/0")
     monkeypatch.setattr(unitdata, "_KV", None)
     for path in (str(charm_dir), str(charm_dir / "hooks")):
         if path not in sys.path:
             monkeypatch.syspath_prepend(path)
-    fake = FakeJuju()
-    fake.install(monkeypatch, hookenv)
-    yield fake
+    model = SandboxJuju(tmp_path, charm_dir)
+    yield model
     hookenv.cache.clear()
 
 

@@ -1,4 +1,6 @@
-"""The local interface layers, run through charms.reactive's Endpoint machinery.
+"""The local interface layers, run through charms.reactive's Endpoint machinery
+in the sandbox's emulated Juju (the ``juju`` fixture): hooks come in Juju's
+order, relation data goes through the sandbox's own hook tools.
 
 Relation data is what today's providers publish: raw strings on unit databags.
 """
@@ -7,6 +9,7 @@ CA = "-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----"
 CERT = "-----BEGIN CERTIFICATE-----\ncert\n-----END CERTIFICATE-----"
 KEY = "-----BEGIN EC PRIVATE KEY-----\nsecret\n-----END EC PRIVATE KEY-----"
 URLS = "https://10.0.0.5:2379,https://10.0.0.6:2379"
+FULL = {"connection_string": URLS, "client_ca": CA, "client_cert": CERT, "client_key": KEY}
 
 
 def etcd_flags(flag):
@@ -16,19 +19,17 @@ def etcd_flags(flag):
 # --- etcd ----------------------------------------------------------------------
 
 def test_etcd_endpoint_class(juju):
-    rid = juju.relate("etcd", "etcd")
-    eps = juju.run("etcd-relation-joined", rid, "etcd/0")
-    assert type(eps["etcd"]).__name__ == "EtcdRequires"
+    juju.relate("etcd", "etcd")
+    assert type(juju.endpoints["etcd"]).__name__ == "EtcdRequires"
+    assert "etcd-relation-joined" in juju.charm.hooks
 
 
 def test_etcd_flags_follow_the_provider_data(juju, flag):
-    rid = juju.relate("etcd", "etcd")
-    juju.run("etcd-relation-joined", rid, "etcd/0")
+    juju.relate("etcd", "etcd")
     assert etcd_flags(flag) == {"etcd.connected": True, "etcd.available": False,
                                 "etcd.tls.available": False}
 
-    eps = juju.run("etcd-relation-changed", rid, "etcd/0",
-                   {"connection_string": URLS, "version": "3.4.22"})
+    eps = juju.publish("etcd/0", connection_string=URLS, version="3.4.22")
     assert etcd_flags(flag) == {"etcd.connected": True, "etcd.available": True,
                                 "etcd.tls.available": False}
     etcd = eps["etcd"]
@@ -37,121 +38,114 @@ def test_etcd_flags_follow_the_provider_data(juju, flag):
     assert etcd.version() == "3.4.22"
     assert etcd.client_credentials() is None
 
-    eps = juju.run("etcd-relation-changed", rid, "etcd/0",
-                   {"client_ca": CA, "client_cert": CERT, "client_key": KEY})
+    eps = juju.publish("etcd/0", client_ca=CA, client_cert=CERT, client_key=KEY)
     assert all(etcd_flags(flag).values())
     assert eps["etcd"].client_credentials() == (CA, CERT, KEY)
 
 
 def test_etcd_partial_tls_is_not_available(juju, flag):
-    rid = juju.relate("etcd", "etcd")
-    eps = juju.run("etcd-relation-changed", rid, "etcd/0",
-                   {"connection_string": URLS, "client_ca": CA, "client_cert": CERT,
-                    "client_key": ""})
+    juju.relate("etcd", "etcd")
+    eps = juju.publish("etcd/0", connection_string=URLS, client_ca=CA, client_cert=CERT)
     assert flag("etcd.available") and not flag("etcd.tls.available")
     assert eps["etcd"].client_credentials() is None
 
 
 def test_etcd_empty_version_and_no_data(juju, flag):
-    rid = juju.relate("etcd", "etcd")
-    eps = juju.run("etcd-relation-joined", rid, "etcd/0")
-    assert eps["etcd"].connection_string() == ""
-    assert eps["etcd"].endpoints() == []
-    assert eps["etcd"].version() == ""
+    juju.relate("etcd", "etcd")
+    etcd = juju.endpoints["etcd"]
+    assert etcd.connection_string() == ""
+    assert etcd.endpoints() == []
+    assert etcd.version() == ""
 
 
 def test_etcd_data_from_any_unit(juju, flag):
-    rid = juju.relate("etcd", "etcd", units=3)
-    juju.run("etcd-relation-joined", rid, "etcd/0")
-    eps = juju.run("etcd-relation-changed", rid, "etcd/2",
-                   {"connection_string": URLS, "client_ca": CA, "client_cert": CERT,
-                    "client_key": KEY})
+    juju.relate("etcd", "etcd", units=3)
+    eps = juju.publish("etcd/2", **FULL)
     assert all(etcd_flags(flag).values())
     assert eps["etcd"].connection_string() == URLS
 
 
 def test_etcd_flags_stay_until_the_last_unit_departs(juju, flag):
     rid = juju.relate("etcd", "etcd", units=2)
-    full = {"connection_string": URLS, "client_ca": CA, "client_cert": CERT, "client_key": KEY}
-    juju.run("etcd-relation-changed", rid, "etcd/0", full)
-    juju.run("etcd-relation-changed", rid, "etcd/1", full)
-    juju.run("etcd-relation-departed", rid, "etcd/0")
+    juju.publish("etcd/0", **FULL)
+    juju.publish("etcd/1", **FULL)
+    juju.depart("etcd/0")
+    assert juju.charm.hooks[-1] == "etcd-relation-departed"
     assert all(etcd_flags(flag).values())
-    juju.run("etcd-relation-departed", rid, "etcd/1")
+    juju.depart("etcd/1")
     assert not any(etcd_flags(flag).values())
-    juju.run("etcd-relation-broken", rid)
+    juju.unrelate(rid)
+    assert juju.charm.hooks[-1] == "etcd-relation-broken"
     assert not any(etcd_flags(flag).values())
 
 
 def test_etcd_broken_clears_everything(juju, flag):
     rid = juju.relate("etcd", "etcd")
-    juju.run("etcd-relation-changed", rid, "etcd/0",
-             {"connection_string": URLS, "client_ca": CA, "client_cert": CERT, "client_key": KEY})
-    juju.run("etcd-relation-broken", rid)
+    juju.publish("etcd/0", **FULL)
+    juju.unrelate(rid)
+    assert juju.charm.hooks[-2:] == ["etcd-relation-departed", "etcd-relation-broken"]
     assert not any(etcd_flags(flag).values())
 
 
 def test_etcd_flags_survive_unrelated_hooks(juju, flag):
-    rid = juju.relate("etcd", "etcd")
-    juju.run("etcd-relation-changed", rid, "etcd/0", {"connection_string": URLS})
-    juju.run("update-status")
+    juju.relate("etcd", "etcd")
+    juju.publish("etcd/0", connection_string=URLS)
+    juju.fire("update-status")
+    assert juju.charm.hooks[-1] == "update-status"
     assert flag("etcd.available")
 
 
 def test_etcd_json_encoded_values_are_decoded(juju):
-    rid = juju.relate("etcd", "etcd")
-    eps = juju.run("etcd-relation-changed", rid, "etcd/0",
-                   {"connection_string": '"{}"'.format(URLS), "version": '"3.5.9"'})
+    juju.relate("etcd", "etcd")
+    eps = juju.publish("etcd/0", connection_string='"{}"'.format(URLS), version='"3.5.9"')
     assert eps["etcd"].connection_string() == URLS
     assert eps["etcd"].version() == "3.5.9"
 
 
 def test_etcd_requirer_publishes_nothing_and_logs_no_key(juju):
     rid = juju.relate("etcd", "etcd")
-    eps = juju.run("etcd-relation-changed", rid, "etcd/0",
-                   {"connection_string": URLS, "client_ca": CA, "client_cert": CERT,
-                    "client_key": KEY})
+    eps = juju.publish("etcd/0", **FULL)
     eps["etcd"].client_credentials()
-    assert juju.relation_sets == []
-    assert not any("secret" in str(m) for m in juju.logged)
+    assert juju.relation_sets(rid) == []
+    assert juju.local_data(rid).keys() <= {"private-address", "ingress-address",
+                                           "egress-subnets"}
+    assert "secret" not in juju.log()
 
 
 # --- kubernetes-cni ------------------------------------------------------------
 
 def test_cni_endpoint_class_and_connected_flag(juju, flag):
     rid = juju.relate("cni", "kubernetes-worker")
-    eps = juju.run("cni-relation-joined", rid, "kubernetes-worker/0")
-    assert type(eps["cni"]).__name__ == "CNIRequires"
+    assert type(juju.endpoints["cni"]).__name__ == "CNIRequires"
     assert flag("cni.connected") and flag("endpoint.cni.joined")
-    juju.run("cni-relation-departed", rid, "kubernetes-worker/0")
+    juju.unrelate(rid)
     assert not flag("cni.connected")
 
 
 def test_cni_set_config_publishes_raw_strings_once(juju):
+    juju.charm.during = lambda eps: eps["cni"].set_config(
+        cidr="10.1.0.0/16", cni_conf_file="10-flannel.conflist")
     rid = juju.relate("cni", "kubernetes-worker")
-
-    def publish(eps):
-        eps["cni"].set_config(cidr="10.1.0.0/16", cni_conf_file="10-flannel.conflist")
-
-    juju.run("cni-relation-joined", rid, "kubernetes-worker/0", on_start=publish)
     # Raw strings, as the principal reads them: no JSON quoting.
-    assert juju.relations[rid]["local"] == {"cidr": "10.1.0.0/16",
-                                            "cni-conf-file": "10-flannel.conflist"}
-    assert len(juju.relation_sets) == 1
-    juju.run("cni-relation-changed", rid, "kubernetes-worker/0", on_start=publish)
-    assert len(juju.relation_sets) == 1, "unchanged config must not relation-set again"
+    data = juju.local_data(rid)
+    assert {k: data.get(k) for k in ("cidr", "cni-conf-file")} == {
+        "cidr": "10.1.0.0/16", "cni-conf-file": "10-flannel.conflist"}
+    assert len(juju.relation_sets(rid)) == 1
+    juju.publish("kubernetes-worker/0", **{"kubeconfig-hash": "h1"})
+    assert juju.charm.hooks[-1] == "cni-relation-changed"
+    assert len(juju.relation_sets(rid)) == 1, "unchanged config must not relation-set again"
 
-    juju.run("cni-relation-changed", rid, "kubernetes-worker/0",
-             on_start=lambda eps: eps["cni"].set_config("10.2.0.0/16", "10-flannel.conflist"))
-    assert juju.relations[rid]["local"]["cidr"] == "10.2.0.0/16"
-    assert len(juju.relation_sets) == 2
+    juju.charm.during = lambda eps: eps["cni"].set_config("10.2.0.0/16", "10-flannel.conflist")
+    juju.publish("kubernetes-worker/0", **{"kubeconfig-hash": "h2"})
+    assert juju.local_data(rid)["cidr"] == "10.2.0.0/16"
+    assert len(juju.relation_sets(rid)) == 2
 
 
 def test_cni_current_ops_control_plane(juju):
-    rid = juju.relate("cni", "kubernetes-control-plane")
-    eps = juju.run("cni-relation-changed", rid, "kubernetes-control-plane/0",
-                   {"kubeconfig-hash": "ab12", "service-cidr": "10.152.183.0/24",
-                    "image-registry": "rocks.example.org"})
+    juju.relate("cni", "kubernetes-control-plane")
+    eps = juju.publish("kubernetes-control-plane/0", **{
+        "kubeconfig-hash": "ab12", "service-cidr": "10.152.183.0/24",
+        "image-registry": "rocks.example.org"})
     cni = eps["cni"]
     assert cni.kubeconfig_hash() == "ab12"
     assert cni.service_cidr() == "10.152.183.0/24"
@@ -161,72 +155,66 @@ def test_cni_current_ops_control_plane(juju):
 
 
 def test_cni_current_ops_worker(juju):
-    rid = juju.relate("cni", "kubernetes-worker")
-    eps = juju.run("cni-relation-changed", rid, "kubernetes-worker/0",
-                   {"kubeconfig-hash": "cd34", "image-registry": "rocks.example.org"})
+    juju.relate("cni", "kubernetes-worker")
+    eps = juju.publish("kubernetes-worker/0", **{"kubeconfig-hash": "cd34",
+                                                 "image-registry": "rocks.example.org"})
     assert eps["cni"].service_cidr() is None
     assert eps["cni"].is_control_plane() is False
 
 
 def test_cni_older_reactive_principals(juju):
     rid = juju.relate("cni", "kubernetes-master")
-    eps = juju.run("cni-relation-changed", rid, "kubernetes-master/0",
-                   {"is_master": "True", "kubeconfig_path": "/root/.kube/config"})
+    eps = juju.publish("kubernetes-master/0", is_master="True",
+                       kubeconfig_path="/root/.kube/config")
     assert eps["cni"].is_control_plane() is True
     assert eps["cni"].kubeconfig_path() == "/root/.kube/config"
     assert eps["cni"].kubeconfig_hash() is None
 
-    rid = juju.relate("cni", "kubernetes-worker")
-    juju.relations.pop("cni:1")
-    eps = juju.run("cni-relation-changed", rid, "kubernetes-worker/0",
-                   {"is_master": "False", "kubeconfig_path": "/root/.kube/config",
-                    "service-cidr": "10.152.183.0/24"})
+    juju.unrelate(rid)
+    juju.relate("cni", "kubernetes-worker")
+    eps = juju.publish("kubernetes-worker/0", is_master="False",
+                       kubeconfig_path="/root/.kube/config", **{"service-cidr": "10.152.183.0/24"})
     assert eps["cni"].is_control_plane() is False, "an explicit is_master wins"
 
 
 def test_cni_no_data_at_all(juju):
-    rid = juju.relate("cni", "kubernetes-worker")
-    eps = juju.run("cni-relation-joined", rid, "kubernetes-worker/0")
-    cni = eps["cni"]
+    juju.relate("cni", "kubernetes-worker")
+    cni = juju.endpoints["cni"]
     assert (cni.kubeconfig_hash(), cni.service_cidr(), cni.image_registry(),
             cni.kubeconfig_path(), cni.is_control_plane()) == (None, None, None, None, False)
 
 
 def test_cni_is_master_json_and_words(juju):
-    rid = juju.relate("cni", "kubernetes-master")
+    juju.relate("cni", "kubernetes-master")
     for value, expected in (("true", True), ('"True"', True), ("yes", True),
                             ("false", False), ("", False)):
-        eps = juju.run("cni-relation-changed", rid, "kubernetes-master/0", {"is_master": value})
+        eps = juju.publish("kubernetes-master/0", is_master=value)
         assert eps["cni"].is_control_plane() is expected, value
 
 
 def test_cni_kubeconfig_changed_flag(juju, reactive, flag):
-    rid = juju.relate("cni", "kubernetes-worker")
-    juju.run("cni-relation-joined", rid, "kubernetes-worker/0")
+    juju.relate("cni", "kubernetes-worker")
     assert not flag("cni.kubeconfig.changed")
-    juju.run("cni-relation-changed", rid, "kubernetes-worker/0", {"kubeconfig-hash": "h1"})
+    juju.publish("kubernetes-worker/0", **{"kubeconfig-hash": "h1"})
     assert flag("cni.kubeconfig.changed")
     reactive.clear_flag("cni.kubeconfig.changed")
-    juju.run("cni-relation-changed", rid, "kubernetes-worker/0", {"image-registry": "r"})
+    juju.publish("kubernetes-worker/0", **{"image-registry": "r"})
     assert not flag("cni.kubeconfig.changed")
-    juju.run("cni-relation-changed", rid, "kubernetes-worker/0", {"kubeconfig-hash": "h2"})
+    juju.publish("kubernetes-worker/0", **{"kubeconfig-hash": "h2"})
     assert flag("cni.kubeconfig.changed")
 
 
 # --- nrpe-external-master -----------------------------------------------------------
 
 def test_nrpe_available_flag_and_host_names(juju, flag):
+    """Against the sandbox's nrpe application, which publishes what the nrpe
+    charm does (nagios_hostname, nagios_host_context)."""
     rid = juju.relate("nrpe-external-master", "nrpe")
-    eps = juju.run("nrpe-external-master-relation-joined", rid, "nrpe/0")
-    ep = eps["nrpe-external-master"]
+    ep = juju.endpoints["nrpe-external-master"]
     assert type(ep).__name__ == "NrpeExternalMasterProvides"
     assert flag("nrpe-external-master.available")
-    assert ep.nagios_hostname() is None
-    eps = juju.run("nrpe-external-master-relation-changed", rid, "nrpe/0",
-                   {"nagios_hostname": "juju-flannel-0", "nagios_host_context": "juju"})
-    ep = eps["nrpe-external-master"]
-    assert ep.nagios_hostname() == "juju-flannel-0"
+    assert ep.nagios_hostname() == "juju-kubernetes-worker-0"
     assert ep.nagios_host_context() == "juju"
-    assert juju.relation_sets == [], "monitors are charmhelpers' NRPE's to publish"
-    juju.run("nrpe-external-master-relation-departed", rid, "nrpe/0")
+    assert juju.relation_sets(rid) == [], "monitors are charmhelpers' NRPE's to publish"
+    juju.unrelate(rid)
     assert not flag("nrpe-external-master.available")

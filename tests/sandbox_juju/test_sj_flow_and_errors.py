@@ -49,10 +49,10 @@ def test_etcd_data_changes_reach_the_charm(cluster):
     ctl.settle()
     assert seen.read_text().splitlines() == [
         "https://10.99.0.2:2379", "https://10.99.0.2:2379,https://10.99.0.3:2379"]
-    cluster.etcd.update(publish_tls=False)
+    cluster.etcd.update(client_cert="NEW CERT PEM")
     ctl.settle()
     data = ctl.relation_data(ctl.relation_id("flannel:etcd", "etcd:db"), "etcd/0")
-    assert "client_key" not in data and "client_ca" not in data
+    assert data["client_cert"] == "NEW CERT PEM" and data["client_key"] == "KEY PEM"
 
 
 def test_both_charms_talk_and_app_data(world):

@@ -69,6 +69,13 @@ def test_hooks_run_inside_the_machine(world, machines):
     assert m0.exists("/var/lib/juju/agents/unit-flannel-0/charm/metadata.yaml")
     assert not os.path.exists("/var/lib/juju/agents/unit-flannel-0")
     assert machines[1].ls("/var/lib/juju/agents") in (None, [])
+    # juju exec on a sandbox machine: in the charm dir, with the hook tools
+    # (before: nsenter --wd opened the charm dir on the host and failed)
+    cp = ctl.exec("flannel/0", ["sh", "-c", "pwd; relation-ids cni; ls /opt/cni/bin | wc -l"])
+    assert cp.returncode == 0, cp.stderr
+    cni = ctl.relation_id("flannel:cni", "kubernetes-worker:cni")
+    assert cp.stdout.decode().split() == ["/var/lib/juju/agents/unit-flannel-0/charm",
+                                          f"cni:{cni}", "5"]
     ctl.remove_relation("flannel:cni", "kubernetes-worker:cni")
     ctl.settle()
     assert not m0.exists("/var/lib/juju/agents/unit-flannel-0")

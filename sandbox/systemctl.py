@@ -1,0 +1,319 @@
+"""The sandbox machines' `systemctl`: docker-systemctl-replacement's systemctl3,
+held to what systemd 252 does.
+
+Installed in each machine as /usr/local/sbin/systemctl (a copy of this file
+run by the sandbox venv's Python, which has `systemctl2`).  On top of
+systemctl3 it:
+
+- refuses what systemd 252's systemctl refuses, with its messages and exit
+  code 1: an unknown verb ("Unknown command verb foo."), a verb given too
+  many or too few arguments ("Too many arguments." for `daemon-reload
+  flannel`, "Too few arguments." for `start` with no unit);
+- does what systemd does with `Restart=`: a unit started with Restart=always
+  (or on-failure/on-abnormal/on-abort/on-watchdog) gets a supervisor process
+  in the machine that, when the unit's main process dies without `systemctl
+  stop`, waits RestartSec= (default 100 ms) and starts the unit again;
+- takes out systemctl3's fixed waits (0.5 s after every start, whole-second
+  polls for a stopped process to vanish): systemd waits for the process, not
+  for the clock.
+
+Not emulated: start rate limiting (StartLimitBurst=), Restart=on-success's
+exit status distinction (the supervisor cannot see a non-child's exit
+status: every death counts as a failure), socket activation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import time
+
+# verb -> (min args, max args) counting the verb itself, as in systemd 252's
+# systemctl.c verb table (None: any number)
+VERBS = {
+    "list-units": (1, None), "list-automounts": (1, None), "list-sockets": (1, None),
+    "list-timers": (1, None), "list-jobs": (1, None), "list-machines": (1, None),
+    "list-unit-files": (1, None), "list-dependencies": (1, None),
+    "start": (2, None), "stop": (2, None), "condstop": (2, None), "reload": (2, None),
+    "restart": (2, None), "try-restart": (2, None), "reload-or-restart": (2, None),
+    "reload-or-try-restart": (2, None), "try-reload-or-restart": (2, None),
+    "force-reload": (2, None), "condreload": (2, None), "condrestart": (2, None),
+    "isolate": (2, 2), "kill": (2, None), "clean": (2, None), "freeze": (2, None),
+    "thaw": (2, None), "is-active": (2, None), "check": (2, None), "is-failed": (2, None),
+    "show": (1, None), "cat": (2, None), "status": (1, None), "help": (1, None),
+    "daemon-reload": (1, 1), "daemon-reexec": (1, 1), "log-level": (1, 2),
+    "log-target": (1, 2), "service-log-level": (2, 3), "service-log-target": (2, 3),
+    "service-watchdogs": (1, 2), "show-environment": (1, 1),
+    "set-environment": (2, None), "unset-environment": (2, None),
+    "import-environment": (1, None), "halt": (1, 1), "poweroff": (1, 1), "reboot": (1, 1),
+    "kexec": (1, 1), "suspend": (1, 1), "hibernate": (1, 1), "hybrid-sleep": (1, 1),
+    "suspend-then-hibernate": (1, 1), "default": (1, 1), "rescue": (1, 1),
+    "emergency": (1, 1), "exit": (1, 2), "switch-root": (2, None), "list-dependencies ": (1, 2),
+    "enable": (2, None), "disable": (2, None), "is-enabled": (2, None),
+    "reenable": (2, None), "preset": (2, None), "preset-all": (1, 1), "mask": (2, None),
+    "unmask": (2, None), "link": (2, None), "revert": (2, None), "add-wants": (3, None),
+    "add-requires": (3, None), "edit": (2, None), "get-default": (1, 1),
+    "set-default": (2, 2), "set-property": (3, None), "is-system-running": (1, 1),
+    "reset-failed": (1, None), "bind": (3, 4), "mount-image": (4, 5),
+}
+# options that take a separate value (`-p MainPID`, `--property MainPID`)
+VALUE_OPTIONS = {"-t", "--type", "--state", "-p", "--property", "-P", "--job-mode",
+                 "-s", "--signal", "--kill-whom", "--kill-who", "--what", "-n", "--lines",
+                 "-o", "--output", "--root", "-H", "--host", "-M", "--machine",
+                 "--timestamp", "--preset-mode", "--message", "--boot-loader-entry",
+                 "--reboot-argument", "--check-inhibitors", "--image"}
+RESTARTING = ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
+STATE_DIR = "/run/sandbox-systemctl"
+SUPERVISE = "__sandbox_supervise"
+POLL = 0.05
+
+
+def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(options, positional) the way systemctl's getopt permutes them."""
+    options, positional = [], []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            positional.extend(argv[i + 1:])
+            break
+        if arg.startswith("-") and arg != "-":
+            options.append(arg)
+            if arg in VALUE_OPTIONS and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+        else:
+            positional.append(arg)
+        i += 1
+    return options, positional
+
+
+def refusal(argv: list[str]) -> str | None:
+    """systemd 252's complaint about this command line, if it has one."""
+    options, positional = split_args(argv)
+    if not positional or any(o in ("-h", "--help", "--version") for o in options):
+        return None  # `systemctl` alone lists units
+    verb = positional[0]
+    if verb not in VERBS:
+        return f"Unknown command verb {verb}."
+    low, high = VERBS[verb]
+    if len(positional) < low:
+        return "Too few arguments."
+    if high is not None and len(positional) > high:
+        return "Too many arguments."
+    return None
+
+
+# --------------------------------------------------------------------------
+# systemctl3, without its clock waits
+# --------------------------------------------------------------------------
+
+def _systemctl3():
+    from systemctl2 import systemctl3 as s3
+
+    s3.MinimumYield = POLL
+    s3.MinimumTimeoutStopSec = POLL
+
+    def wait_vanished_pid(self, pid, timeout):
+        deadline = time.monotonic() + float(timeout)
+        while pid and self.is_active_pid(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL)
+        return True
+
+    s3.Systemctl.wait_vanished_pid = wait_vanished_pid
+    s3.Systemctl.pidlist_of = lambda self, pid: process_tree(pid)
+    return s3
+
+
+def process_tree(pid) -> list[int]:
+    """pid and its descendants, from one pass over /proc (systemctl3 reads
+    every /proc/N/status once per tree level, up to PROC_MAX_DEPTH times:
+    seconds on a busy host)."""
+    if not pid:
+        return []
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [int(pid)]
+    while todo:
+        p = todo.pop(0)
+        if p not in out:
+            out.append(p)
+            todo.extend(children.get(p, []))
+    return out
+
+
+class _FastPoll:
+    """systemctl3's `time`, with sleeps of a second or more cut to a poll
+    interval (its kill loop checks the clock against TimeoutStopSec)."""
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds):
+        time.sleep(min(seconds, POLL))
+
+
+def run_systemctl3(argv: list[str], stopping: bool = False) -> int:
+    s3 = _systemctl3()
+    if stopping:
+        # its kill loop polls the stopped processes once a second (up to
+        # TimeoutStopSec, which it measures with the clock): poll faster.  Only
+        # when stopping: other loops count seconds by their sleeps.
+        s3.time = _FastPoll()
+    if "--value" not in argv:
+        sys.argv = ["systemctl", *argv]
+        return s3.main() or 0
+    # `show --value` (systemctl3 lacks it): the values without their names
+    sys.argv = ["systemctl", *[a for a in argv if a != "--value"]]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = s3.main() or 0
+    for line in out.getvalue().splitlines():
+        sys.stdout.write(line.partition("=")[2] + "\n")
+    return rc
+
+
+# --------------------------------------------------------------------------
+# Restart=
+# --------------------------------------------------------------------------
+
+def _unit_name(name: str) -> str:
+    return name if "." in name else name + ".service"
+
+
+def _marker(unit: str, kind: str) -> str:
+    return os.path.join(STATE_DIR, f"{unit}.{kind}")
+
+
+def _systemctl3_value(prop: str, unit: str) -> str:
+    cp = subprocess.run([sys.executable, os.path.abspath(__file__), "show", "-p", prop, unit],
+                        capture_output=True, text=True, check=False)
+    return cp.stdout.strip().partition("=")[2] if cp.returncode == 0 else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _restart_policy(unit: str) -> tuple[str, float]:
+    """Restart= and RestartSec= of the unit's file."""
+    s3 = _systemctl3()
+    ctl = s3.Systemctl()
+    conf = ctl.unitfiles.load_conf(unit)
+    if conf is None:
+        return "no", 0.1
+    policy = (conf.get("Service", "Restart", "no") or "no").strip().lower()
+    raw = (conf.get("Service", "RestartSec", "100ms") or "100ms").strip().lower()
+    seconds = 0.1
+    try:
+        if raw.endswith("ms"):
+            seconds = float(raw[:-2]) / 1000
+        elif raw.endswith("s"):
+            seconds = float(raw[:-1])
+        elif raw.endswith("min"):
+            seconds = float(raw[:-3]) * 60
+        else:
+            seconds = float(raw)
+    except ValueError:
+        seconds = 0.1
+    return policy, seconds
+
+
+def _spawn_supervisor(unit: str) -> None:
+    os.makedirs(STATE_DIR, exist_ok=True)
+    pidfile = _marker(unit, "supervisor")
+    try:
+        with open(pidfile, encoding="ascii") as f:
+            if _alive(int(f.read().strip() or 0)):
+                return
+    except (OSError, ValueError):
+        pass
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), SUPERVISE, unit],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    with open(pidfile, "w", encoding="ascii") as f:
+        f.write(f"{proc.pid}\n")
+
+
+def supervise(unit: str) -> int:
+    """Restart the unit when its main process dies, until `systemctl stop`."""
+    stopped = _marker(unit, "stopped")
+    while not os.path.exists(stopped):
+        pid = int(_systemctl3_value("MainPID", unit) or 0)
+        if pid and _alive(pid):
+            time.sleep(POLL * 4)
+            continue
+        policy, delay = _restart_policy(unit)
+        if policy not in RESTARTING:
+            break
+        time.sleep(delay)
+        if os.path.exists(stopped):
+            break
+        pid = int(_systemctl3_value("MainPID", unit) or 0)
+        if pid and _alive(pid):
+            continue  # restarted meanwhile (`systemctl restart`)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "start", unit],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+        time.sleep(POLL * 4)
+    try:
+        os.unlink(_marker(unit, "supervisor"))
+    except OSError:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [SUPERVISE]:
+        return supervise(argv[1])
+    problem = refusal(argv)
+    if problem:
+        sys.stderr.write(problem + "\n")
+        return 1
+    _, positional = split_args(argv)
+    verb = positional[0] if positional else ""
+    units = [_unit_name(u) for u in positional[1:]]
+    options = split_args(argv)[0]
+    stopping = verb == "stop" or (verb in ("disable", "mask") and "--now" in options)
+    starting = verb in ("start", "restart", "reload-or-restart", "try-restart") or \
+        (verb in ("enable",) and "--now" in options)
+    if stopping or starting:
+        os.makedirs(STATE_DIR, exist_ok=True)
+    for unit in units:
+        if stopping:
+            open(_marker(unit, "stopped"), "w").close()
+    rc = run_systemctl3(argv, stopping=verb in ("stop", "kill", "restart", "try-restart",
+                                                "reload-or-restart", "disable", "mask"))
+    if starting and rc == 0:
+        for unit in units:
+            try:
+                os.unlink(_marker(unit, "stopped"))
+            except FileNotFoundError:
+                pass
+            if _restart_policy(unit)[0] in RESTARTING:
+                _spawn_supervisor(unit)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
