@@ -348,9 +348,15 @@ def remove_flannel():
 
 
 def _release_lease() -> None:
-    """Give this node's lease back to etcd: flanneld does not on stop, and a
-    lease lives 24 h, during which the network counts as in use (a backend
-    change is refused). Best effort: etcd may be gone already."""
+    """While a backend change waits for every node to leave, give this node's
+    lease back to etcd: flanneld does not on stop, and a lease lives 24 h,
+    during which the change stays refused. Without such a change the lease
+    is kept, so that a unit added back gets the same subnet and the pods
+    here keep their addresses. Best effort: etcd may be gone already."""
+    from charms.flannel.network import EtcdUnavailable, NetworkStore, backend_change_pending
+    options, confirmed = _options(), unitdata.kv().get(NETWORK_KEY)
+    if options is None or not backend_change_pending(network_config(options), confirmed):
+        return
     try:
         env = read_subnet_env(paths.SUBNET_ENV)
     except ValueError:
@@ -358,7 +364,6 @@ def _release_lease() -> None:
     endpoints = unitdata.kv().get(ETCD_ENDPOINTS_KEY)
     if env is None or not endpoints or not client_files().key_file.exists():
         return
-    from charms.flannel.network import EtcdUnavailable, NetworkStore
     subnet = str(env.subnet.network)
     try:
         with NetworkStore(_etcd_settings(None, endpoints, timeout=3.0)) as store:
@@ -367,6 +372,9 @@ def _release_lease() -> None:
     except EtcdUnavailable as error:
         hookenv.log("Could not release the lease of {}: {}".format(subnet, error.reason),
                     level=hookenv.WARNING)
+        return
+    # The next lease differs: its gateway could not join a bridge holding this one.
+    daemon.delete_bridge_address(str(env.subnet))
 
 
 @hook("pre-series-upgrade")

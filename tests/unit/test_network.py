@@ -9,8 +9,8 @@ import pytest
 import requests
 
 from charms.flannel.network import (DEFAULT_PREFIX, EtcdClientSettings, EtcdUnavailable,
-                                    NetworkStore, check_backend_change, ensure_network_config,
-                                    network_config)
+                                    NetworkStore, backend_change_pending, check_backend_change,
+                                    ensure_network_config, network_config)
 from charms.flannel.options import InvalidOption, parse_options
 
 
@@ -190,6 +190,18 @@ def test_an_expired_lease_is_no_longer_listed(etcd, settings, prefix):
     assert len(store.leases()) == 1
     lease.revoke()
     assert store.leases() == []
+
+
+@pytest.mark.parametrize("wanted, confirmed, pending", [
+    (HOST_GW, VXLAN, True),
+    (VXLAN, HOST_GW, True),
+    (VXLAN, {**VXLAN, "Network": "10.2.0.0/16"}, False),   # a cidr change is no backend change
+    (HOST_GW, None, False),                                 # nothing confirmed yet
+])
+def test_a_backend_change_is_pending_when_etcd_holds_another_backend(wanted, confirmed,
+                                                                     pending):
+    """The stop hook releases its lease only then (ImportError on main)."""
+    assert backend_change_pending(wanted, confirmed) is pending
 
 
 def test_release_lease_deletes_only_that_lease(etcd, settings, prefix):

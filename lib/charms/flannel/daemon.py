@@ -102,6 +102,14 @@ def stale_bridge_addresses(addr_info: Iterable[dict], network: ipaddress.IPv4Net
     return stale
 
 
+def delete_bridge_address(address: str, bridge: str = POD_BRIDGE) -> bool:
+    """Remove a lease's gateway address ("10.1.52.1/24") from the pods'
+    bridge; True if it was there. Once the lease is given back, the next one
+    differs, and the bridge plugin refuses a bridge holding another address."""
+    done = subprocess.run(["ip", "addr", "del", address, "dev", bridge], capture_output=True)
+    return done.returncode == 0
+
+
 @dataclass
 class Forgotten:
     """What forget_old_network removed."""

@@ -40,6 +40,12 @@ def backend_type(config: dict[str, Any] | None) -> str | None:
     return DEFAULT_BACKEND
 
 
+def backend_change_pending(wanted: dict[str, Any], confirmed: dict[str, Any] | None) -> bool:
+    """Whether the options ask for another backend than the one etcd holds
+    (a change refused while nodes hold leases)."""
+    return confirmed is not None and backend_type(confirmed) != backend_type(wanted)
+
+
 def check_backend_change(
     current: dict[str, Any] | None, wanted: dict[str, Any], live_leases: int
 ) -> None:
