@@ -314,3 +314,15 @@ def test_a_directory_at_the_path_is_refused(record, bin_dir):
 def test_relative_paths_are_refused(record):
     with pytest.raises(ValueError, match="absolute"):
         record.install("opt/cni/bin/flannel", b"x", 0o755)
+
+
+def test_directories_to_keep_stay_even_when_the_charm_made_them_and_they_are_empty(
+        record, tmp_path):
+    # /etc/cni/net.d is the container runtime's: containerd watches it with
+    # inotify, and a removed directory loses the watch for good.
+    net_d = tmp_path / "etc" / "cni" / "net.d"
+    record.install(net_d / "10-flannel.conflist", b"{}", 0o644)
+    report = record.remove_all(keep_directories=[net_d])
+    assert net_d.is_dir() and list(net_d.iterdir()) == []
+    assert report.directories_removed == []   # /etc/cni and /etc are not empty
+    assert record.remove_all() == type(report)()   # forgotten: a quiet no-op
