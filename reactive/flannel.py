@@ -328,7 +328,7 @@ def remove_flannel():
     _release_lease()
     daemon.delete_vxlan_links()
     _remove_nrpe_check()
-    report = _record().remove_all()
+    report = _record().remove_all(keep_directories=paths.RUNTIME_DIRECTORIES)
     for path in report.left_changed:
         hookenv.log("Left {}: it changed since flannel installed it".format(path),
                     level=hookenv.WARNING)

@@ -44,6 +44,7 @@ from sandbox.machine import Machine
 from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
                              list_netns, owner_alive, ping_from_netns, run, state_root)
 from sandbox.pki import make_pki
+from sandbox.cri import CriPod, cri_leftovers
 from sandbox.pod import Pod, PodFailed
 from sandbox.resource import host_arch
 
@@ -306,17 +307,23 @@ class Cluster:
                 for h in self.controller.hook_log if not h.ok]
 
     # --- pods --------------------------------------------------------------------
-    def start_pod(self, machine: str) -> Pod:
-        """A pod sandbox on `machine`, attached exactly as containerd would."""
+    def start_pod(self, machine: str, runtime: str = "cnitool") -> Pod | CriPod:
+        """A pod on `machine`: runtime "cnitool" attaches a network namespace
+        with libcni alone; "cri" makes a CRI pod (crictl runp + a busybox
+        container) through the machine's containerd, started on first use."""
         self._pod_serial += 1
-        pod = Pod.create(self.machines[machine], f"p{self._pod_serial}")
+        if runtime == "cri":
+            pod = CriPod.create(self.machines[machine], f"p{self._pod_serial}")
+        else:
+            pod = Pod.create(self.machines[machine], f"p{self._pod_serial}")
         self.pods.append(pod)
         return pod
 
-    def try_pod(self, machine: str) -> tuple[Optional[Pod], str]:
-        """(pod, "") or (None, libcni's error) — for scenarios that expect failure."""
+    def try_pod(self, machine: str, runtime: str = "cnitool") -> tuple[Optional[Pod], str]:
+        """(pod, "") or (None, libcni's / containerd's error) — for scenarios
+        that expect failure."""
         try:
-            return self.start_pod(machine), ""
+            return self.start_pod(machine, runtime), ""
         except PodFailed as failed:
             return None, str(failed)
 
@@ -464,7 +471,9 @@ def host_leftovers() -> list[str]:
         except OSError:
             continue
         net = _ns_id(f"/proc/{entry}/ns/net")
-        ours = comm in ("etcd", "flanneld") or "flsb-holder:" in cmdline
+        # containerd-shim-runc-v2's comm is cut to 15 characters
+        ours = (comm in ("etcd", "flanneld", "containerd", "containerd-shim")
+                or "flsb-holder:" in cmdline)
         if ours and net not in (None, host_net) and net not in foreign_ns:
             found.append(f"process {entry} {cmdline.strip()[:120]}")
     try:
@@ -478,4 +487,4 @@ def host_leftovers() -> list[str]:
             continue
         if point.startswith(str(NETNS_DIR / PREFIX)) or point.startswith(str(root) + "/"):
             found.append(f"mount {point}")
-    return found
+    return found + cri_leftovers()

@@ -3,10 +3,13 @@
 Deploy flannel as Charmed Kubernetes does, on a kubernetes-control-plane
 machine and two kubernetes-worker machines (today's ops principals by default,
 `--worker-generation reactive` for the worker of the bug report); show every
-principal and flannel unit active; start a pod on each machine and ping across
+principal and flannel unit active; start a CRI pod on each machine
+(containerd's CRI plugin, as kubelet makes them: sandbox.cri) and ping across
 flannel's vxlan; then remove and re-add the flannel/kubernetes-worker relation
 (LP #1866869) and show that the workers' CNI plugins are untouched, the
-control plane's flannel carried on, and new pods get addresses and ping.
+control plane's flannel carried on, new pods get addresses and ping, and the
+pods made before still reach each other. Ends with the phase table and what
+the runtime costs (containerd's memory per machine, time to the first sandbox).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from typing import Callable
 
 from sandbox.cluster import (CONTROL_PLANE_MACHINE, FLANNEL, WORKER_GENERATIONS, Cluster,
                              ClusterError)
+from sandbox.cri import runtime_for
 
 CNI_CONF_FILE = "10-flannel.conflist"
 
@@ -62,16 +66,26 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print, *,
         check(f"{cp}: the control plane's cluster cidr is flannel's {network}",
               cluster.control_plane_app.cluster_cidr(cluster.machines[cp]) == network)
 
-        def pods_ping_across(phase: str) -> None:
+        def pods_ping_across(phase: str) -> dict:
             with cluster.timings.phase(phase, say):
-                pods = {m: cluster.start_pod(m) for m in cluster.machines}
+                pods = {m: cluster.start_pod(m, runtime="cri") for m in cluster.machines}
                 for m, pod in pods.items():
                     check(f"pod {pod.name} on {m} got {pod.address}", bool(pod.address))
                 for a, b in ((workers[0], workers[1]), (workers[1], cp), (cp, workers[0])):
-                    check(f"{pods[a].address} ({a}) pings {pods[b].address} ({b}) over vxlan",
-                          pods[a].ping(pods[b].address))
+                    check(f"{pods[a].address} ({a}) pings {pods[b].address} ({b}) over vxlan "
+                          "(crictl exec)", pods[a].ping(pods[b].address))
+            for m in cluster.machines:
+                runtime = runtime_for(cluster.machines[m])
+                say(f"{m}$ crictl pods\n{runtime.crictl('pods').stdout.rstrip()}")
+                say(f"{m}$ crictl ps\n{runtime.crictl('ps').stdout.rstrip()}")
+            return pods
 
-        pods_ping_across("a pod on each machine, ping across the overlay")
+        with cluster.timings.phase(f"first pod sandbox (containerd starts on {cp})", say):
+            probe = cluster.start_pod(cp, runtime="cri")
+            probe.delete()
+            cluster.pods.remove(probe)
+        first_sandbox = cluster.timings.phases[-1].seconds
+        before = pods_ping_across("a CRI pod on each machine, ping across the overlay")
 
         cp_flannel = cluster.unit_on(cp)
         cp_flanneld = cluster.flanneld_pids(cp)
@@ -100,9 +114,17 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print, *,
             check(f"{m}: {len(names)} principal plugins and flannel's in /opt/cni/bin",
                   set(names) | {FLANNEL} <= set(cluster.cni_bin(m)))
         pods_ping_across("new pods after the re-add")
+        a, b = workers
+        check(f"pods from before the cycle: {before[a].address} ({a}) pings "
+              f"{before[b].address} ({b})", before[a].ping(before[b].address))
         say(cluster.status_table())
         say("")
         say(cluster.timings.table())
+        say(f"time to the first pod sandbox (containerd started): {first_sandbox:.1f}s")
+        for m, machine in cluster.machines.items():
+            memory = runtime_for(machine).memory_kib()
+            say(f"{m}: containerd {memory['containerd'] / 1024:.1f} MiB resident, "
+                f"its shims {memory['shims'] / 1024:.1f} MiB")
     return ok
 
 

@@ -59,11 +59,12 @@ API::
         m.ip_json(*args) -> list[dict]   # `ip -j ARGS` inside
         m.systemctl(*args, check=False) -> CompletedProcess
 
-``destroy()`` deletes the machine's pod namespaces (``flsb-<tag>-pod-<name>-*``),
-kills every process in the machine's namespaces (daemons started by
-systemctl included), lets the mount namespace go with its holder, deletes the
-network namespace (and its veth) and removes the state directory (unless
-``keep_state=True``).
+``destroy()`` first calls ``m.on_destroy`` (callables, last first: a
+containerd is stopped through its own API there), deletes the machine's pod
+namespaces (``flsb-<tag>-pod-<name>-*``), kills every process in the
+machine's namespaces (daemons started by systemctl included), lets the
+mount namespace go with its holder, deletes the network namespace (and its
+veth) and removes the state directory (unless ``keep_state=True``).
 """
 
 from __future__ import annotations
@@ -183,6 +184,9 @@ class Machine:
         self.keep_state = keep_state
         self.holder: subprocess.Popen | None = None
         self._mnt_ns = None
+        # called first by destroy(), last registered first: what runs inside
+        # and must be stopped in order (sandbox.cri's containerd)
+        self.on_destroy: list = []
 
     def __repr__(self) -> str:
         return f"Machine({self.name!r}, netns={self.netns!r}, address={self.address!r})"
@@ -257,6 +261,11 @@ class Machine:
         return self
 
     def destroy(self) -> None:
+        while self.on_destroy:
+            try:
+                self.on_destroy.pop()()
+            except Exception as error:   # the kill below still cleans up
+                print(f"machine {self.name}: teardown step failed: {error}", file=sys.stderr)
         for n in list_netns():
             if n.startswith(self.pod_prefix):
                 delete_netns(n)

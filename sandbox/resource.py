@@ -37,7 +37,8 @@ API::
 
     build_resource(arch="amd64", out_dir=Path) -> Path   # out_dir/flannel-<arch>.tar.gz
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
-    binary_path(name, arch="amd64") -> Path              # "flanneld" | "flannel" | "cnitool"
+    crictl_path() -> Path                                # host-arch crictl, built if missing
+    binary_path(name, arch="amd64") -> Path   # "flanneld" | "flannel" | "cnitool" | "crictl"
     host_arch() -> str                                   # "amd64" | "arm64" | "s390x"
     elf_interpreter(path) -> str | None                  # PT_INTERP of an ELF file; None: static
     ARCHES                                               # ("amd64", "arm64", "s390x")
@@ -45,7 +46,8 @@ API::
 
 Command line::
 
-    python -m sandbox.resource [--arch amd64|arm64|s390x|all] [--out DIR]
+    python -m sandbox.resource [--arch amd64|arm64|s390x|all] [--out DIR] [--cnitool]
+                               [--crictl]
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ CNI_PLUGIN_VERSION = "v0.9.1"
 # cnitool: libcni's runtime CLI; v1.3.0 is the newest cni release.
 CNITOOL_PACKAGE = "github.com/containernetworking/cni/cnitool"
 CNITOOL_VERSION = "v1.3.0"
+# crictl: the CRI client kubelet's operators use, for the sandbox's CRI pods
+# (sandbox.cri); it speaks CRI v1, which Debian's containerd 1.6 serves.
+CRICTL_PACKAGE = "sigs.k8s.io/cri-tools/cmd/crictl"
+CRICTL_VERSION = "v1.37.0"
 
 ARCHES = ("amd64", "arm64", "s390x")
 TARBALL_MEMBERS = ("flanneld", "cni-plugin/flannel")
@@ -134,9 +140,15 @@ BINARIES = {
     ),
     "flannel": GoBinary("flannel", CNI_PLUGIN_PACKAGE, CNI_PLUGIN_VERSION),
     "cnitool": GoBinary("cnitool", CNITOOL_PACKAGE, CNITOOL_VERSION),
+    "crictl": GoBinary(
+        "crictl", CRICTL_PACKAGE, CRICTL_VERSION,
+        # so that `crictl --version` prints the pinned version instead of "unknown"
+        ldflags=f"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}",
+    ),
 }
 # go install names flanneld's binary after the module's last element.
-_GO_OUTPUT_NAME = {"flanneld": "flannel", "flannel": "flannel", "cnitool": "cnitool"}
+_GO_OUTPUT_NAME = {"flanneld": "flannel", "flannel": "flannel", "cnitool": "cnitool",
+                   "crictl": "crictl"}
 
 
 def host_arch() -> str:
@@ -272,6 +284,11 @@ def cnitool_path(progress=None) -> Path:
     return binary_path("cnitool", host_arch(), progress)
 
 
+def crictl_path(progress=None) -> Path:
+    """The host-arch crictl, built into the cache if missing."""
+    return binary_path("crictl", host_arch(), progress)
+
+
 def _add_member(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -336,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=".",
                         help="directory for flannel-<arch>.tar.gz (default: %(default)s)")
     parser.add_argument("--cnitool", action="store_true", help="also build cnitool (host arch)")
+    parser.add_argument("--crictl", action="store_true", help="also build crictl (host arch)")
     args = parser.parse_args(argv)
     arches = ARCHES if args.arch == "all" else (args.arch,)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
@@ -344,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         paths = [build_resource(a, Path(args.out), progress) for a in arches]
         if args.cnitool:
             progress(f"cnitool: {cnitool_path(progress)}")
+        if args.crictl:
+            progress(f"crictl: {crictl_path(progress)}")
     except BuildFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

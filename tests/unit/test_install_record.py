@@ -376,3 +376,15 @@ def test_an_adopted_directory_goes_when_empty(record, tmp_path):
     assert mode_of(directory) == 0o700
     report = record.remove_all()
     assert report.directories_removed == [directory] and not directory.exists()
+
+
+def test_directories_to_keep_stay_even_when_the_charm_made_them_and_they_are_empty(
+        record, tmp_path):
+    # /etc/cni/net.d is the container runtime's: containerd watches it with
+    # inotify, and a removed directory loses the watch for good.
+    net_d = tmp_path / "etc" / "cni" / "net.d"
+    record.install(net_d / "10-flannel.conflist", b"{}", 0o644)
+    report = record.remove_all(keep_directories=[net_d])
+    assert net_d.is_dir() and list(net_d.iterdir()) == []
+    assert report.directories_removed == []   # /etc/cni and /etc are not empty
+    assert record.remove_all() == type(report)()   # forgotten: a quiet no-op

@@ -30,7 +30,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 RECORD_FILE = "record.json"
 ORIGINALS_DIR = "originals"
@@ -183,15 +183,19 @@ class InstallRecord:
         entry = self._files.get(str(_absolute(path)))
         return entry.get("sha256") if entry else None
 
-    def remove_all(self) -> RemovalReport:
+    def remove_all(self, keep_directories: Iterable[Path | str] = ()) -> RemovalReport:
         """Undo every install: remove or restore each recorded file that is
-        still as the charm left it, then remove the charm's empty directories,
-        then forget everything. A second call is a quiet no-op."""
+        still as the charm left it, then remove the charm's empty directories
+        (but those in keep_directories), then forget everything. A second
+        call is a quiet no-op."""
         report = RemovalReport()
+        keep = {str(_absolute(d)) for d in keep_directories}
         for key in reversed(list(self._files)):
             self._undo_file(Path(key), self._files[key], report)
         for key in reversed(self._directories):  # deepest first
             directory = Path(key)
+            if key in keep:
+                continue
             try:
                 directory.rmdir()
                 report.directories_removed.append(directory)

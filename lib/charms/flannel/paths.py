@@ -33,6 +33,12 @@ CNI_CONF_NAME = "10-flannel.conflist"
 CNI_CONF = CNI_CONFLIST = CNI_CONF_DIR / CNI_CONF_NAME
 CNI_CONF_MODE = 0o644
 
+# Directories the container runtime owns and watches, kept on stop even if the
+# charm created them: containerd watches conf_dir with inotify and loses the
+# watch when it is removed, so a conflist written there later is never loaded
+# ("cni plugin not initialized" for every new pod until containerd restarts).
+RUNTIME_DIRECTORIES = (CNI_CONF_DIR, CNI_BIN_DIR)
+
 # flanneld writes this; the charm only reads it.
 SUBNET_ENV = Path("/run/flannel/subnet.env")
 

@@ -1,0 +1,212 @@
+"""LP #1866869 on CRI pods, and what containerd adds that cnitool hid.
+
+Pods here are made by containerd's CRI plugin (crictl runp + a busybox
+container, as kubelet makes them) on the built charm's machines. One
+two-machine cluster serves, in file order: which conflist the runtime loads
+(the first in conf_dir by name, the ops charms' 01-default.conflist symlink
+included); CNI DEL of a pod set up under the old charm's conflist
+(network "CDK-flannel-network") after this charm took over; then the user's
+scenario through `juju remove-relation` / `add-relation` of flannel:cni
+(the conflist gone and back). Each test leaves flannel active with its own
+conflist. A second, one-machine cluster is the negative control.
+
+All of it fails on main before sandbox.cri existed (no CRI pods); the
+scenario also failed on main's charm itself: its stop removed /etc/cni/net.d
+(which it had created), containerd lost its inotify watch on it, and every
+new pod after add-relation failed with "cni plugin not initialized"."""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from functional_kit import deploy_and_wait, old_charm_copy
+
+pytestmark = pytest.mark.functional
+
+NET_D = "/etc/cni/net.d"
+CONFLIST = f"{NET_D}/10-flannel.conflist"
+# The old charm's conflist as it sits on units (network name CDK-flannel-network).
+OLD_CHARM_CONFLIST = {
+    "name": "CDK-flannel-network", "cniVersion": "0.3.1",
+    "plugins": [
+        {"type": "flannel", "delegate": {"hairpinMode": True, "isDefaultGateway": True}},
+        {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+    ],
+}
+# Someone's bridge network that sorts before the charm's 10-flannel.conflist.
+STALE_CONFLIST = {
+    "name": "stale", "cniVersion": "0.3.1",
+    "plugins": [{"type": "bridge", "bridge": "stale0",
+                 "ipam": {"type": "host-local", "subnet": "10.99.0.0/24"}}],
+}
+
+
+# containerd's own words when a plugin of the conflist is missing (the bug report's).
+CONTAINERD_MISSING_PLUGIN = re.compile(
+    r'^failed to setup network for sandbox "[0-9a-f]{64}": plugin type="flannel" failed '
+    r'\(add\): failed to find plugin "([^"]+)" in path \[/opt/cni/bin\]$')
+# containerd with no loadable conflist in its conf_dir.
+NOT_INITIALIZED = re.compile(r'^failed to setup network for sandbox "[0-9a-f]{64}": '
+                             r'cni plugin not initialized$')
+
+
+@pytest.fixture(scope="module")
+def cluster(open_cluster):
+    from sandbox.resource import crictl_path
+    crictl_path()
+    with open_cluster("cri", workers=2) as cluster:
+        deploy_and_wait(cluster)
+        yield cluster
+
+
+def runtime(cluster, machine: str = "m1"):
+    from sandbox.cri import runtime_for
+    return runtime_for(cluster.machines[machine])
+
+
+def loaded_network(cluster) -> str | None:
+    """The name of the CNI network containerd has loaded (None: none)."""
+    info = json.loads(runtime(cluster).crictl("info").stdout)
+    names = [n["Config"]["Name"] for n in info.get("cniconfig", {}).get("Networks") or []]
+    names = [n for n in names if n != "cni-loopback"]
+    return names[0] if names else None
+
+
+def wait_loaded(cluster, name: str | None, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while loaded_network(cluster) != name:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"containerd loaded {loaded_network(cluster)!r}, not {name!r}")
+        time.sleep(0.2)
+
+
+def allocations(cluster, network: str, machine: str = "m1") -> set[str]:
+    """Addresses host-local holds for `network` on `machine`."""
+    return {n for n in cluster.machines[machine].ls(f"/var/lib/cni/networks/{network}") or []
+            if re.fullmatch(r"[0-9.]+", n)}
+
+
+def flannel_subnet(cluster) -> str:
+    return cluster.subnet_env("m1")["FLANNEL_SUBNET"].rsplit(".", 1)[0] + "."
+
+
+def test_containerd_loads_the_first_conflist_by_name_and_follows_the_01_default_symlink(cluster):
+    m1 = cluster.machines["m1"]
+    runtime(cluster)
+    wait_loaded(cluster, "cbr0")
+    # someone's conflist sorting first wins over the charm's ...
+    m1.write_file(f"{NET_D}/05-stale.conflist", json.dumps(STALE_CONFLIST))
+    wait_loaded(cluster, "stale")
+    stray = cluster.start_pod("m1", runtime="cri")
+    assert stray.address.startswith("10.99.0."), stray
+    # ... until the control plane's 01-default.conflist (the ops charms'
+    # symlink to the CNI charm's file) sorts before it. containerd 1.6's conf
+    # syncer ignores inotify Create events (only write, rename and remove
+    # reload), so the new symlink alone changes nothing ...
+    m1.run(["ln", "-s", CONFLIST, f"{NET_D}/01-default.conflist"])
+    time.sleep(1.0)
+    assert loaded_network(cluster) == "stale"
+    # ... and the next write in the directory (here someone's file rewritten
+    # by rename) loads the first by name: the symlink, flannel's network.
+    m1.write_file(f"{NET_D}/05-stale.conflist", json.dumps(STALE_CONFLIST))
+    wait_loaded(cluster, "cbr0")
+    pod = cluster.start_pod("m1", runtime="cri")
+    assert pod.address.startswith(flannel_subnet(cluster)), pod
+    assert stray.delete() == "" and pod.delete() == ""
+    m1.run(["rm", f"{NET_D}/05-stale.conflist"])
+
+    m1.run(["rm", f"{NET_D}/01-default.conflist"])
+    m1.write_file(CONFLIST, m1.read_file(CONFLIST))   # a rename: containerd reloads
+    wait_loaded(cluster, "cbr0")
+
+
+def test_pod_of_the_old_charms_network_is_deleted_after_the_takeover(cluster):
+    """A pod set up while the old charm's conflist (CDK-flannel-network) was
+    in place, removed after this charm's conflist (cbr0) replaced it: CNI DEL
+    must succeed and free the address in the old network's host-local table,
+    and no new pod may get the address the old one holds."""
+    m1 = cluster.machines["m1"]
+    charm_conflist = m1.read_file(CONFLIST)
+    m1.write_file(CONFLIST, json.dumps(OLD_CHARM_CONFLIST))
+    wait_loaded(cluster, "CDK-flannel-network")
+    old = cluster.start_pod("m1", runtime="cri")
+    assert old.address in allocations(cluster, "CDK-flannel-network")
+    # the charm takes over at its next hook: its own conflist again
+    cluster.controller.update_status("flannel")
+    cluster.settle()
+    assert m1.read_file(CONFLIST) == charm_conflist
+    wait_loaded(cluster, "cbr0")
+    new = cluster.start_pod("m1", runtime="cri")
+    cluster.say(f"old pod {old.address} (CDK-flannel-network), new pod {new.address} (cbr0)")
+    error = old.delete()
+    left = allocations(cluster, "CDK-flannel-network")
+    assert error == "", f"CNI DEL of the old charm's pod failed: {error}"
+    assert old.address not in left, f"DEL left {old.address} allocated: {left}"
+    assert new.address != old.address, "a new pod got the address a running pod holds"
+    assert new.delete() == ""
+
+
+def test_cri_pods_before_during_and_after_remove_add(cluster):
+    with cluster.timings.phase("first CRI pod (containerd starts)", cluster.say):
+        first = {"m1": cluster.start_pod("m1", runtime="cri")}
+    first["m2"] = cluster.start_pod("m2", runtime="cri")
+    assert first["m1"].ping(first["m2"].address), "no ping across machines (vxlan)"
+    assert first["m2"].ping(first["m1"].address)
+
+    with cluster.pinging(first["m1"], first["m2"].address) as across:
+        with cluster.timings.phase("remove-relation (CRI pods running)", cluster.say):
+            cluster.remove_cni_relation()
+        # containerd reloads its conf_dir: with flannel's conflist gone,
+        # no new pod, while the running ones stay Ready. The charm kept the
+        # runtime's directory (containerd's inotify watch on it).
+        net_d_after_stop = cluster.machines["m1"].ls(NET_D)
+        pod, gap_error = cluster.try_pod("m1", runtime="cri")
+        states = {m: p.inspect()["status"]["state"] for m, p in first.items()}
+        with cluster.timings.phase("add-relation (CRI pods running)", cluster.say):
+            cluster.add_cni_relation()
+            cluster.wait_for_flannel(timeout=180)
+    cluster.say(f"pings m1 -> m2 through the cycle: {across}")
+    assert net_d_after_stop == [], net_d_after_stop
+    assert pod is None and NOT_INITIALIZED.match(gap_error), gap_error
+    assert states == {"m1": "SANDBOX_READY", "m2": "SANDBOX_READY"}
+
+    # The user's bug: new pods after add-relation. They run, and reach the
+    # pods made before the cycle, which kept their addresses and work again.
+    new = {m: cluster.start_pod(m, runtime="cri") for m in ("m1", "m2")}
+    addresses = [p.address for p in (*first.values(), *new.values())]
+    assert len(set(addresses)) == 4, addresses
+    assert new["m1"].ping(new["m2"].address) and new["m2"].ping(first["m1"].address)
+    assert first["m1"].ping(first["m2"].address), "old pods lost each other for good"
+    assert first["m2"].ping(new["m1"].address)
+    assert across.answered > 0, str(across)
+
+    # Removal through the runtime releases the address (CNI DEL, host-local).
+    old = first["m1"].address
+    assert old in allocations(cluster, "cbr0")
+    assert first["m1"].delete() == ""
+    assert old not in allocations(cluster, "cbr0")
+    for name in cluster.machines:
+        cluster.say(f"{name}: crictl pods\n{runtime(cluster, name).crictl('pods').stdout}")
+
+
+def test_old_stop_hook_makes_new_cri_pods_fail_with_containerds_message(
+        open_cluster, built_charm, tmp_path):
+    """The negative control on CRI pods: the charm copy whose stop deletes
+    the worker's plugins (functional_kit.old_charm_copy)."""
+    broken = old_charm_copy(built_charm, tmp_path)
+    with open_cluster("cri negative control", workers=1) as cluster:
+        deploy_and_wait(cluster, charm_dir=broken)
+        before = cluster.start_pod("m1", runtime="cri")
+        cluster.remove_cni_relation()
+        cluster.add_cni_relation()
+        cluster.wait_for_flannel(timeout=180)
+        pod, error = cluster.try_pod("m1", runtime="cri")
+    assert before.address
+    assert pod is None, f"a new CRI pod got {pod.address} although the plugins are gone"
+    missing = CONTAINERD_MISSING_PLUGIN.match(error)
+    assert missing, f"containerd failed otherwise: {error}"
+    # flannel itself is back (this charm's install), the plugins it delegates to are not
+    assert missing.group(1) in ("bridge", "host-local", "flannel"), error
+    print(f"containerd, as expected: {error}")

@@ -1,0 +1,138 @@
+"""CRI pods (sandbox.cri): the locally built images, containerd inside a
+machine, pods made through it with crictl on a bridge network of Debian's
+plugins (no flannel, no charm), and a teardown that leaves nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sandbox.cri import (BUSYBOX, BUSYBOX_IMAGE, CGROUP_PARENT, PAUSE_IMAGE, CriPod,
+                         cri_leftovers, image_archives, runtime_for)
+from sandbox.machine import Machine
+from sandbox.pod import PodFailed
+from sandbox.resource import CRICTL_VERSION, crictl_path
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.gobuild]
+
+DEBIAN_CNI = Path("/usr/lib/cni")
+BRIDGE_CONFLIST = {
+    "name": "sbnet", "cniVersion": "0.3.1",
+    "plugins": [{"type": "bridge", "bridge": "sb0", "isGateway": True,
+                 "ipam": {"type": "host-local", "subnet": "10.77.0.0/24"}}],
+}
+
+
+@pytest.fixture(scope="module")
+def have_runtime():
+    for tool in ("containerd", "runc", "ctr"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs {tool} (scripts/setup-host)")
+    if not BUSYBOX.is_file():
+        pytest.skip("needs busybox-static (scripts/setup-host)")
+    if not DEBIAN_CNI.joinpath("bridge").exists():
+        pytest.skip("needs containernetworking-plugins")
+
+
+def _blobs(archive: Path) -> tuple[dict, dict[str, bytes]]:
+    with tarfile.open(archive) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    return json.loads(files["index.json"]), files
+
+
+@pytest.mark.parametrize("which, image", [("pause", PAUSE_IMAGE), ("busybox", BUSYBOX_IMAGE)])
+def test_images_are_oci_layouts_of_debians_busybox(which, image):
+    archive = image_archives()[which]
+    index, files = _blobs(archive)
+    [entry] = index["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == image
+
+    def blob(descriptor: dict) -> bytes:
+        data = files["blobs/sha256/" + descriptor["digest"].split(":")[1]]
+        assert "sha256:" + hashlib.sha256(data).hexdigest() == descriptor["digest"]
+        assert len(data) == descriptor["size"]
+        return data
+
+    manifest = json.loads(blob(entry))
+    config = json.loads(blob(manifest["config"]))
+    [layer] = manifest["layers"]
+    with tarfile.open(fileobj=io.BytesIO(blob(layer)), mode="r:gz") as tar:
+        assert tar.extractfile("bin/busybox").read() == BUSYBOX.read_bytes()
+        assert tar.getmember("bin/ping").linkname == "busybox"
+    assert config["config"]["Entrypoint"][0] == "/bin/sleep"
+    # cached: a second call builds nothing
+    mtime = archive.stat().st_mtime_ns
+    assert image_archives()[which] == archive and archive.stat().st_mtime_ns == mtime
+
+
+def test_crictl_is_the_pinned_version_from_the_cache():
+    path = crictl_path()
+    assert str(path).startswith(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"))
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout
+    assert CRICTL_VERSION.lstrip("v") in out, out
+
+
+def _bridge_machine(machine: Machine) -> None:
+    for plugin in ("bridge", "host-local", "loopback"):
+        machine.write_file(f"/opt/cni/bin/{plugin}", (DEBIAN_CNI / plugin).read_bytes(), 0o755)
+    machine.write_file("/etc/cni/net.d/10-sbnet.conflist", json.dumps(BRIDGE_CONFLIST))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_cri_pods_get_addresses_ping_and_release_them_and_destroy_leaves_nothing(
+        have_runtime, test_network):
+    machine = Machine("m1", test_network).start()
+    try:
+        _bridge_machine(machine)
+        runtime = runtime_for(machine)
+        assert runtime.running and runtime.started_seconds is not None
+        # containerd's CNI dirs are the machine's, not the host's
+        assert 'conf_dir = "/etc/cni/net.d"' in (runtime.base / "config.toml").read_text()
+        p1 = CriPod.create(machine, "p1")
+        p2 = CriPod.create(machine, "p2")
+        for pod in (p1, p2):
+            assert pod.address.startswith("10.77.0."), pod
+            assert pod.interface == pod.address + "/24"
+            assert machine.exists(f"/var/lib/cni/networks/sbnet/{pod.address}")
+        assert p1.ping(p2.address) and p2.ping(p1.address)
+        # the container really is busybox in the pod's namespaces
+        assert p1.exec(["hostname"]).stdout.strip() == "p1"
+        pods = runtime.crictl("pods", "-q").stdout.split()
+        assert len(pods) == 2 and p1.pod_id in pods
+
+        assert p1.delete() == ""
+        assert not machine.exists(f"/var/lib/cni/networks/sbnet/{p1.address}")
+        assert runtime.crictl("pods", "-q").stdout.split() == [p2.pod_id]
+
+        pids = [runtime.process.pid, *runtime.shim_pids(), p2.pause_pid]
+        assert all(_alive(p) for p in pids)
+        memory = runtime.memory_kib()
+        assert memory["containerd"] > 0 and memory["shims"] > 0
+    finally:
+        machine.destroy()
+    assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+    assert not Path(f"/sys/fs/cgroup/pids/{CGROUP_PARENT}/{machine.netns}").exists()
+    assert not machine.state_dir.exists()
+    assert cri_leftovers() == []
+
+
+def test_without_a_conflist_runp_fails_with_containerds_words(have_runtime, test_network):
+    with Machine("m1", test_network) as machine:
+        with pytest.raises(PodFailed) as failed:
+            CriPod.create(machine, "p1")
+        assert "failed to setup network for sandbox" in str(failed.value)
+        assert str(failed.value).endswith("cni plugin not initialized"), str(failed.value)
