@@ -1,7 +1,7 @@
 """The speed benchmark: this charm side by side with a bare reactive charm.
 
     python -m sandbox bench --charm build/flannel [--resource T] [--json F]
-                            [--machines 1,4,16] [--runs 20]
+                            [--machines 1,4,16] [--runs 20] [--parallel N]
 
 Runs, in one process and one sandbox per cluster size, and prints a table of
 figures and ratios (written as JSON too); never asserts a timing:
@@ -14,7 +14,10 @@ figures and ratios (written as JSON too); never asserts a timing:
   every unit is active, a new pod addressed; the bare charm through the same
   hook sequence; flanneld's own start-to-lease on a machine;
 - deploys of N machines: etcd + workers + flannel until every unit is
-  active, wall and CPU per unit.
+  active, wall and CPU per unit. The sandbox's Juju runs the hooks of units
+  on different machines concurrently, one hook per machine at a time, as
+  Juju's machine lock does; `--parallel 1` runs one hook at a time (the
+  scheduler before that), for comparison.
 
 The bare charm is made here from the built flannel charm: the same hooks
 (hook template, bootstrap, interface layers) and metadata endpoints, a
@@ -330,7 +333,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--machines", default="1,4,16",
                         help="cluster sizes to deploy (comma-separated; '' for none)")
     parser.add_argument("--runs", type=int, default=20, help="update-status runs per charm")
+    parser.add_argument("--parallel", type=int,
+                        help="hooks the sandbox's Juju runs at once (default: its own, 16)")
     args = parser.parse_args(argv)
+    if args.parallel:
+        import os
+
+        from sandbox.juju.controller import PARALLEL_ENV
+        os.environ[PARALLEL_ENV] = str(args.parallel)
     resource = args.resource or build_resource(host_arch(), Path(args.charm).parent,
                                                progress=print)
     results = Results()
