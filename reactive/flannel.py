@@ -500,7 +500,7 @@ def watch_inputs():
         clear_flag(SERVICE_RUNNING)
     confirmed = unitdata.kv().get(NETWORK_KEY)
     if is_flag_set(CNI_CONFIGURED) and (
-            not confirmed or not paths.CNI_CONFLIST.exists()
+            not confirmed or not _record().holds(paths.CNI_CONFLIST)
             or not _unchanged(CNI_INPUTS_KEY, _cni_inputs(confirmed, endpoint_from_name("cni")))):
         clear_flag(CNI_CONFIGURED)
     nagios = endpoint_from_flag("nrpe-external-master.available")

@@ -352,7 +352,10 @@ class HookScheduler:
                 rec["agent"] = {"status": "error", "message": f'hook failed: "{hook}"',
                                 "failed-hook": hook, "since": _now()}
             app = m.app(rec["app"])
-            if app.get("leader-settings", {}) != job["leader-settings"]:
+            # Only the leader writes leader settings: a change seen when another
+            # unit's hook ends (hooks run concurrently) is not that unit's.
+            if app.get("leader") == unit and \
+                    app.get("leader-settings", {}) != job["leader-settings"]:
                 for u in m.units_of(rec["app"]):
                     urec = m.unit(u)
                     if u != unit and urec["life"] == "alive" and urec["phase"] != "pending":

@@ -26,6 +26,9 @@ from functional_kit import deploy_and_wait, old_charm_copy
 pytestmark = pytest.mark.functional
 
 NET_D = "/etc/cni/net.d"
+# The charm's CNI network name: the old charm's, so host-local keeps one
+# allocation table whatever a cluster's history (issue 7).
+NETWORK = "CDK-flannel-network"
 CONFLIST = f"{NET_D}/10-flannel.conflist"
 # The old charm's conflist as it sits on units (network name CDK-flannel-network).
 OLD_CHARM_CONFLIST = {
@@ -95,7 +98,7 @@ def flannel_subnet(cluster) -> str:
 def test_containerd_loads_the_first_conflist_by_name_and_follows_the_01_default_symlink(cluster):
     m1 = cluster.machines["m1"]
     runtime(cluster)
-    wait_loaded(cluster, "cbr0")
+    wait_loaded(cluster, NETWORK)
     # someone's conflist sorting first wins over the charm's ...
     m1.write_file(f"{NET_D}/05-stale.conflist", json.dumps(STALE_CONFLIST))
     wait_loaded(cluster, "stale")
@@ -111,7 +114,7 @@ def test_containerd_loads_the_first_conflist_by_name_and_follows_the_01_default_
     # ... and the next write in the directory (here someone's file rewritten
     # by rename) loads the first by name: the symlink, flannel's network.
     m1.write_file(f"{NET_D}/05-stale.conflist", json.dumps(STALE_CONFLIST))
-    wait_loaded(cluster, "cbr0")
+    wait_loaded(cluster, NETWORK)
     pod = cluster.start_pod("m1", runtime="cri")
     assert pod.address.startswith(flannel_subnet(cluster)), pod
     assert stray.delete() == "" and pod.delete() == ""
@@ -119,29 +122,28 @@ def test_containerd_loads_the_first_conflist_by_name_and_follows_the_01_default_
 
     m1.run(["rm", f"{NET_D}/01-default.conflist"])
     m1.write_file(CONFLIST, m1.read_file(CONFLIST))   # a rename: containerd reloads
-    wait_loaded(cluster, "cbr0")
+    wait_loaded(cluster, NETWORK)
 
 
 def test_pod_of_the_old_charms_network_is_deleted_after_the_takeover(cluster):
-    """A pod set up while the old charm's conflist (CDK-flannel-network) was
-    in place, removed after this charm's conflist (cbr0) replaced it: CNI DEL
-    must succeed and free the address in the old network's host-local table,
-    and no new pod may get the address the old one holds."""
+    """A pod set up under the old charm's conflist, removed after this
+    charm's conflist (same network name, other delegate settings) replaced
+    it: CNI DEL must succeed and free the address in host-local's table, and
+    no new pod may get the address the old one holds. The old charm's file is
+    played by a conflist that sorts first and then goes, as the old one does
+    when the refresh rewrites it (containerd reloads on the removal)."""
     m1 = cluster.machines["m1"]
-    charm_conflist = m1.read_file(CONFLIST)
-    m1.write_file(CONFLIST, json.dumps(OLD_CHARM_CONFLIST))
-    wait_loaded(cluster, "CDK-flannel-network")
+    old_conflist = f"{NET_D}/00-old-charm.conflist"
+    m1.write_file(old_conflist, json.dumps(OLD_CHARM_CONFLIST))
+    wait_loaded(cluster, NETWORK)
     old = cluster.start_pod("m1", runtime="cri")
-    assert old.address in allocations(cluster, "CDK-flannel-network")
-    # the charm takes over at its next hook: its own conflist again
-    cluster.controller.update_status("flannel")
-    cluster.settle()
-    assert m1.read_file(CONFLIST) == charm_conflist
-    wait_loaded(cluster, "cbr0")
+    assert old.address in allocations(cluster, NETWORK)
+    m1.run(["rm", old_conflist])   # the takeover: only the charm's conflist is left
+    time.sleep(1.0)
     new = cluster.start_pod("m1", runtime="cri")
-    cluster.say(f"old pod {old.address} (CDK-flannel-network), new pod {new.address} (cbr0)")
+    cluster.say(f"old pod {old.address} (the old charm's conflist), new pod {new.address}")
     error = old.delete()
-    left = allocations(cluster, "CDK-flannel-network")
+    left = allocations(cluster, NETWORK)
     assert error == "", f"CNI DEL of the old charm's pod failed: {error}"
     assert old.address not in left, f"DEL left {old.address} allocated: {left}"
     assert new.address != old.address, "a new pod got the address a running pod holds"
@@ -184,9 +186,9 @@ def test_cri_pods_before_during_and_after_remove_add(cluster):
 
     # Removal through the runtime releases the address (CNI DEL, host-local).
     old = first["m1"].address
-    assert old in allocations(cluster, "cbr0")
+    assert old in allocations(cluster, NETWORK)
     assert first["m1"].delete() == ""
-    assert old not in allocations(cluster, "cbr0")
+    assert old not in allocations(cluster, NETWORK)
     for name in cluster.machines:
         cluster.say(f"{name}: crictl pods\n{runtime(cluster, name).crictl('pods').stdout}")
 
@@ -201,9 +203,12 @@ def test_old_stop_hook_makes_new_cri_pods_fail_with_containerds_message(
         before = cluster.start_pod("m1", runtime="cri")
         cluster.remove_cni_relation()
         cluster.add_cni_relation()
-        cluster.wait_for_flannel(timeout=180)
+        # flannel is back, and its status names what the principal lost
+        messages = cluster.wait_for_flannel(timeout=180, state="blocked")
         pod, error = cluster.try_pod("m1", runtime="cri")
     assert before.address
+    assert list(messages.values()) == [
+        'CNI plugin "bridge" missing from /opt/cni/bin (provided by the principal)'], messages
     assert pod is None, f"a new CRI pod got {pod.address} although the plugins are gone"
     missing = CONTAINERD_MISSING_PLUGIN.match(error)
     assert missing, f"containerd failed otherwise: {error}"

@@ -388,3 +388,14 @@ def test_directories_to_keep_stay_even_when_the_charm_made_them_and_they_are_emp
     assert net_d.is_dir() and list(net_d.iterdir()) == []
     assert report.directories_removed == []   # /etc/cni and /etc are not empty
     assert record.remove_all() == type(report)()   # forgotten: a quiet no-op
+
+
+def test_holds_says_whether_the_file_is_still_what_the_charm_wrote(record, bin_dir):
+    target = bin_dir / "10-flannel.conflist"
+    assert record.holds(target) is False          # never recorded
+    record.install(target, b"ours", 0o644)
+    assert record.holds(target) is True
+    target.write_bytes(b"someone else's")
+    assert record.holds(target) is False          # changed under us
+    target.unlink()
+    assert record.holds(target) is False          # gone

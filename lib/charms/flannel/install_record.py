@@ -183,6 +183,15 @@ class InstallRecord:
         entry = self._files.get(str(_absolute(path)))
         return entry.get("sha256") if entry else None
 
+    def holds(self, path: Path | str) -> bool:
+        """Whether path holds what the charm last wrote there (a small file's
+        check: it reads the file). False if gone, changed or never recorded."""
+        recorded = self.checksum(path)
+        try:
+            return recorded is not None and _sha256_file(_absolute(path)) == recorded
+        except OSError:
+            return False
+
     def remove_all(self, keep_directories: Iterable[Path | str] = ()) -> RemovalReport:
         """Undo every install: remove or restore each recorded file that is
         still as the charm left it, then remove the charm's empty directories
