@@ -62,6 +62,9 @@ UNIT_FILE_LOADED_KEY = "flannel.unit-file-loaded"
 # The etcd this unit last wrote to, for the stop hook's lease release (the
 # relation may be gone by then; the client files are still on disk).
 ETCD_ENDPOINTS_KEY = "flannel.etcd-endpoints"
+# The etcd endpoint that answered last, tried first by the next hook: a dead
+# member listed first costs one hook its timeout, not every hook.
+ETCD_ANSWERED_KEY = "flannel.etcd-answered"
 # network-get's answer, asked again on any hook but update-status.
 BINDING_KEY = "flannel.binding-interface"
 # The workload status last set: update-status sets it only when it changes.
@@ -203,8 +206,11 @@ def configure_network():
     # A change here reaches flanneld through run_flanneld's input digest.
     write_client_credentials(_record(), *etcd.client_credentials())
     try:
-        with NetworkStore(_etcd_settings(etcd)) as store:
-            ensure_network_config(store, options)
+        with NetworkStore(_etcd_settings(etcd), preferred=_answered()) as store:
+            try:
+                ensure_network_config(store, options)
+            finally:
+                _remember_answered(store.answered)
     except (InvalidOption, EtcdUnavailable) as problem:
         # A backend change on a running network, or etcd away: flanneld keeps
         # running as it is until etcd holds what the options ask for (and
@@ -224,6 +230,54 @@ def configure_network():
     # flanneld's digest (credentials, network) decides whether it restarts.
     clear_flag(SERVICE_RUNNING)
     set_flag(NETWORK_CONFIGURED)
+
+
+def _answered():
+    return unitdata.kv().get(ETCD_ANSWERED_KEY)
+
+
+def _remember_answered(endpoint) -> None:
+    if endpoint and _answered() != endpoint:
+        unitdata.kv().set(ETCD_ANSWERED_KEY, endpoint)
+
+
+def _look_at_etcd(etcd) -> None:
+    """update-status's one look at etcd (etcd_probe: the standard library,
+    one TLS connection): is etcd there, does it still hold the network config
+    and this node's lease? etcd away: a waiting status naming it (flanneld
+    runs on, on its lease). The config gone (etcd rebuilt empty): write it
+    again. The lease gone: restart flanneld, which leases its subnet again
+    (it never notices by itself)."""
+    from charms.flannel import etcd_probe
+    kv = unitdata.kv()
+    confirmed = kv.get(NETWORK_KEY)
+    try:
+        env = read_subnet_env(paths.SUBNET_ENV)
+    except ValueError:
+        env = None
+    lease_of = None
+    if env is not None and confirmed and env.subnet.network.subnet_of(
+            daemon.network_shape(confirmed)[0]):
+        lease_of = str(env.subnet.network)
+    files = client_files()
+    try:
+        view = etcd_probe.look(etcd_probe.parse_endpoints(etcd.connection_string()),
+                               str(files.ca_file), str(files.cert_file), str(files.key_file),
+                               lease_of=lease_of, preferred=_answered())
+    except etcd_probe.EtcdUnavailable as problem:
+        _problem("etcd", problem.reason)
+        return
+    _problem("etcd", None)
+    _remember_answered(view.endpoint)
+    if view.config is None:
+        hookenv.log("etcd holds no flannel network config (rebuilt?): writing it again",
+                    level=hookenv.WARNING)
+        clear_flag(NETWORK_CONFIGURED)
+    if view.lease is False:
+        hookenv.log("etcd lost this node's lease of {}: restarting flanneld to lease "
+                    "it again".format(lease_of), level=hookenv.WARNING)
+        kv.unset(DIGEST_KEY)
+        clear_flag(SERVICE_RUNNING)
 
 
 @when(NETWORK_CONFIGURED)
@@ -341,7 +395,7 @@ def remove_flannel():
     kv.unsetrange(prefix=PROBLEM_KEY)
     for key in (DIGEST_KEY, NETWORK_KEY, NETWORK_INPUTS_KEY, UNIT_FILE_INPUTS_KEY,
                 CNI_INPUTS_KEY, NRPE_INPUTS_KEY, UNIT_FILE_LOADED_KEY, ETCD_ENDPOINTS_KEY,
-                BINDING_KEY, STATUS_KEY, CONFIG_KEY, NETWORK_NAME_KEY):
+                BINDING_KEY, STATUS_KEY, CONFIG_KEY, NETWORK_NAME_KEY, ETCD_ANSWERED_KEY):
         kv.unset(key)
     set_flag(STOPPED)
     hookenv.status_set("maintenance", "Flannel removed.")
@@ -366,7 +420,8 @@ def _release_lease() -> None:
         return
     subnet = str(env.subnet.network)
     try:
-        with NetworkStore(_etcd_settings(None, endpoints, timeout=3.0)) as store:
+        with NetworkStore(_etcd_settings(None, endpoints, timeout=3.0),
+                          preferred=_answered()) as store:
             if store.release_lease(subnet):
                 hookenv.log("Released the lease of {} in etcd".format(subnet))
     except EtcdUnavailable as error:
@@ -494,6 +549,9 @@ def watch_inputs():
             NETWORK_CONFIGURED) and not _unchanged(NETWORK_INPUTS_KEY,
                                                    _network_inputs(options, etcd)):
         clear_flag(NETWORK_CONFIGURED)
+    if etcd is not None and _idle_hook() and is_flag_set("etcd.tls.available") and is_flag_set(
+            NETWORK_CONFIGURED):
+        _look_at_etcd(etcd)
     if etcd is not None and is_flag_set(SERVICE_RUNNING) and (
             not _unchanged(UNIT_FILE_INPUTS_KEY, _unit_file_inputs(options, etcd))
             or not _flanneld_active()):

@@ -19,12 +19,14 @@ import etcd3gw
 import requests
 from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
+from .etcd_probe import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, describe_text,
+                         ordered, parse_endpoints)
 from .options import InvalidOption, NetworkOptions, network_config
 
-__all__ = ["network_config"]  # re-exported: its home is options.py
+# Re-exported: network_config's home is options.py, EtcdUnavailable's and
+# the endpoint handling's etcd_probe.py (light enough for idle hooks).
+__all__ = ["network_config", "EtcdUnavailable", "DEFAULT_PREFIX", "DEFAULT_ETCD_PORT"]
 
-DEFAULT_PREFIX = "/coreos.com/network"
-DEFAULT_ETCD_PORT = 2379
 DEFAULT_BACKEND = "vxlan"  # what flanneld assumes when Backend has no Type
 
 T = TypeVar("T")
@@ -78,14 +80,6 @@ def ensure_network_config(store: NetworkStore, options: NetworkOptions) -> bool:
     return store.write_config(wanted)
 
 
-class EtcdUnavailable(Exception):
-    """No etcd endpoint could be used; reason is meant for a waiting status."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
-
-
 @dataclass(frozen=True)
 class EtcdClientSettings:
     endpoints: tuple[str, ...]  # "https://host:port", in the order to try them
@@ -108,36 +102,15 @@ class EtcdClientSettings:
         Raises EtcdUnavailable when there is no usable https endpoint: that is
         a state to wait in (the provider has not published yet), not a crash.
         """
-        endpoints = []
-        for item in (connection_string or "").split(","):
-            item = item.strip()
-            if not item:
-                continue
-            endpoints.append(_normalise_endpoint(item, connection_string))
-        if not endpoints:
-            raise EtcdUnavailable("etcd has not published any endpoint yet")
-        return cls(tuple(endpoints), str(ca_file), str(cert_file), str(key_file), timeout)
-
-
-def _normalise_endpoint(item: str, whole: str) -> str:
-    try:
-        url = urlsplit(item)
-        port = url.port or DEFAULT_ETCD_PORT
-    except ValueError:
-        url, port = None, 0
-    if url is None or url.scheme != "https" or not url.hostname:
-        raise EtcdUnavailable(
-            f"etcd connection string {whole!r} has an endpoint that is not "
-            f"https://host:port: {item!r}"
-        )
-    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
-    return f"https://{host}:{port}"
+        return cls(parse_endpoints(connection_string), str(ca_file), str(cert_file),
+                   str(key_file), timeout)
 
 
 class NetworkStore:
     """flannel's network config and subnet leases under one prefix of one etcd."""
 
-    def __init__(self, settings: EtcdClientSettings, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, settings: EtcdClientSettings, prefix: str = DEFAULT_PREFIX,
+                 preferred: str | None = None) -> None:
         self.settings = settings
         self.prefix = "/" + prefix.strip("/")
         self.session = requests.Session()
@@ -145,7 +118,14 @@ class NetworkStore:
         self.session.verify = settings.ca_file
         self.session.cert = (settings.cert_file, settings.key_file)
         self._clients: dict[str, etcd3gw.Etcd3Client] = {}
-        self._preferred: str | None = None  # the endpoint that answered last
+        # The endpoint that answered last, tried first: a caller that keeps
+        # `answered` across hooks passes it back as `preferred`.
+        self._preferred: str | None = preferred
+
+    @property
+    def answered(self) -> str | None:
+        """The endpoint that answered last (or the preferred one, if none did yet)."""
+        return self._preferred
 
     @property
     def config_key(self) -> str:
@@ -219,12 +199,8 @@ class NetworkStore:
 
     def _call(self, operation: Callable[[etcd3gw.Etcd3Client], T]) -> T:
         """Run operation on the first endpoint that answers."""
-        order = list(self.settings.endpoints)
-        if self._preferred in order:
-            order.remove(self._preferred)
-            order.insert(0, self._preferred)
         failures = []
-        for endpoint in order:
+        for endpoint in ordered(self.settings.endpoints, self._preferred):
             try:
                 result = operation(self._client(endpoint))
             # OSError: requests raises it for a missing certificate or key file.
@@ -244,36 +220,15 @@ def _json_object(value: bytes) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-# Known low-level failures, in the words an operator can act on.
-_ERROR_PATTERNS = (
-    (re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", re.I),
-     "TLS certificate verification failed: the server's certificate is not signed by the etcd CA "
-     "from the relation, or does not name this address"),
-    (re.compile(r"TLSV1_ALERT_UNKNOWN_CA|alert unknown ca|bad certificate|certificate required",
-                re.I),
-     "etcd rejected the client certificate"),
-    (re.compile(r"SSLEOFError|EOF occurred in violation of protocol|Connection reset", re.I),
-     "etcd cut the TLS handshake short; it most likely rejected the client certificate"),
-    (re.compile(r"Connection refused", re.I), "connection refused"),
-    (re.compile(r"No route to host", re.I), "no route to host"),
-    (re.compile(r"Network is unreachable", re.I), "network unreachable"),
-    (re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name",
-                re.I),
-     "host name does not resolve"),
-    (re.compile(r"No such file or directory|Could not find the TLS", re.I),
-     "a client certificate, key or CA file is missing"),
-)
-
-
 def describe_error(error: BaseException, timeout: float) -> str:
     """One short line for an etcd3gw/requests error (etcd3gw keeps its text in
     detail_text, not str())."""
     if isinstance(error, (ConnectionTimeoutError, requests.Timeout)):
         return f"no answer within {timeout:g}s"
     detail = getattr(error, "detail_text", None) or str(error) or type(error).__name__
-    for pattern, text in _ERROR_PATTERNS:
-        if pattern.search(detail):
-            return text
+    known = describe_text(detail)
+    if known:
+        return known
     detail = " ".join(str(detail).split())
     # requests nests the useful part: "...(Caused by X(Y(8, 'the reason')))".
     quoted = re.findall(r"'([^']{8,})'", detail.partition("Caused by")[2])

@@ -1,0 +1,124 @@
+"""etcd_probe: update-status's cheap look at etcd (the standard library only),
+against the session's real TLS etcd; and the endpoint that answered last
+being tried first, by the probe and by NetworkStore, so that a dead etcd
+member listed first does not cost every hook a connect timeout."""
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from charms.flannel.etcd_probe import (EtcdUnavailable, lease_key, look, ordered,
+                                       parse_endpoints)
+from charms.flannel.network import EtcdClientSettings, NetworkStore
+
+
+def creds(pki):
+    return str(pki.ca_cert), str(pki.client_cert), str(pki.client_key)
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def silent():
+    """An endpoint that accepts connections and never answers: a member whose
+    machine is gone looks like this or worse (no SYN-ACK at all)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield f"https://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_it_sees_the_config_and_whether_the_lease_is_there(etcd, pki, prefix):
+    store = NetworkStore(EtcdClientSettings((etcd.endpoint,), *creds(pki)), prefix)
+    store.write_config({"Network": "10.1.0.0/16"})
+    store._call(lambda client: client.put(lease_key("10.1.52.0/24", prefix), b"{}"))
+    view = look([etcd.endpoint], *creds(pki), prefix=prefix, lease_of="10.1.52.0/24")
+    assert (view.config, view.lease, view.endpoint) == (
+        {"Network": "10.1.0.0/16"}, True, etcd.endpoint)
+    view = look([etcd.endpoint], *creds(pki), prefix=prefix, lease_of="10.1.53.0/24")
+    assert view.lease is False
+    assert look([etcd.endpoint], *creds(pki), prefix=prefix).lease is None
+
+
+def test_an_empty_etcd_has_no_config(etcd, pki, prefix):
+    view = look([etcd.endpoint], *creds(pki), prefix=prefix, lease_of="10.1.52.0/24")
+    assert (view.config, view.lease) == (None, False)
+
+
+def test_etcd_away_is_a_reason_naming_the_endpoint(pki):
+    endpoint = f"https://127.0.0.1:{closed_port()}"
+    with pytest.raises(EtcdUnavailable) as caught:
+        look([endpoint], *creds(pki))
+    assert caught.value.reason == f"cannot reach etcd: {endpoint} (connection refused)"
+
+
+def test_a_wrong_ca_is_named(etcd, pki, other_pki):
+    with pytest.raises(EtcdUnavailable, match="TLS certificate verification failed"):
+        look([etcd.endpoint], str(other_pki.ca_cert), str(pki.client_cert), str(pki.client_key))
+
+
+def test_a_client_certificate_etcd_does_not_trust_is_named(etcd, pki, other_pki):
+    with pytest.raises(EtcdUnavailable) as caught:
+        look([etcd.endpoint], str(pki.ca_cert), str(other_pki.client_cert),
+             str(other_pki.client_key))
+    assert "client certificate" in caught.value.reason
+
+
+def test_missing_credentials_are_named(pki, tmp_path):
+    with pytest.raises(EtcdUnavailable, match="certificate, key or CA file is missing"):
+        look(["https://127.0.0.1:2379"], str(pki.ca_cert), str(tmp_path / "gone.pem"),
+             str(pki.client_key))
+
+
+def test_endpoints_parse_as_before():
+    assert parse_endpoints("https://10.0.0.1:2379, https://[fd00::1],") == (
+        "https://10.0.0.1:2379", "https://[fd00::1]:2379")
+    with pytest.raises(EtcdUnavailable):
+        parse_endpoints("http://10.0.0.1:2379")
+
+
+def test_the_endpoint_that_answered_last_goes_first():
+    assert ordered(["a", "b", "c"], "c") == ["c", "a", "b"]
+    assert ordered(["a", "b"], "gone") == ["a", "b"]
+    assert ordered(["a", "b"], None) == ["a", "b"]
+
+
+def test_a_dead_first_member_costs_the_probe_nothing_once_remembered(etcd, pki, silent):
+    started = time.monotonic()
+    view = look([silent, etcd.endpoint], *creds(pki), timeout=1.0)
+    first = time.monotonic() - started
+    assert view.endpoint == etcd.endpoint
+    started = time.monotonic()
+    look([silent, etcd.endpoint], *creds(pki), timeout=1.0, preferred=view.endpoint)
+    again = time.monotonic() - started
+    assert first >= 1.0   # the control: in order, the silent member costs its timeout
+    assert again < 0.9
+
+
+def test_network_store_tries_the_remembered_endpoint_first(etcd, pki, silent, prefix):
+    settings = EtcdClientSettings((silent, etcd.endpoint), *creds(pki), timeout=1.0)
+    started = time.monotonic()
+    with NetworkStore(settings, prefix) as store:
+        store.read_config()
+        answered = store.answered
+    first = time.monotonic() - started
+    assert answered == etcd.endpoint
+    started = time.monotonic()
+    with NetworkStore(settings, prefix, preferred=answered) as store:
+        store.read_config()
+    assert first >= 1.0
+    assert time.monotonic() - started < 0.9
+
+
+def test_the_probe_imports_neither_etcd3gw_nor_requests():
+    code = ("import sys; import charms.flannel.etcd_probe; "
+            "print(sorted(m for m in ('etcd3gw', 'requests', 'urllib3') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={"PYTHONPATH": ":".join(sys.path)}).stdout
+    assert out.strip() == "[]"
