@@ -1,8 +1,14 @@
-"""A real single-member etcd (Debian's /usr/bin/etcd) with client TLS, for
-tests and the sandbox.
+"""A real etcd (Debian's /usr/bin/etcd) with client TLS, for tests and the
+sandbox: one member, or a cluster of several.
 
     with EtcdServer(workdir, make_pki(workdir / "pki", ["127.0.0.1"])) as etcd:
-        etcd.endpoint  # "https://127.0.0.1:<port>"
+        etcd.endpoint           # "https://127.0.0.1:<port>"
+        etcd.connection_string  # what the etcd charm publishes: the same, here
+
+    pki = make_pki(workdir / "pki", ["127.0.0.1"])
+    with EtcdCluster(workdir, pki, hosts=["127.0.0.1"] * 3) as etcd:
+        etcd.connection_string  # "https://127.0.0.1:<p1>,https://...:<p2>,..."
+        etcd.members[0].stop()  # one member down: the other two keep quorum
 
 With netns="NAME" it runs inside that network namespace (via
 `ip netns exec NAME`), and its health is checked from inside it too.
@@ -62,8 +68,13 @@ def etcd_version(binary: str = ETCD) -> str:
 
 class EtcdServer:
     def __init__(self, workdir: str | os.PathLike[str], pki: Pki, host: str = "127.0.0.1",
-                 port: int | None = None, netns: str | None = None) -> None:
+                 port: int | None = None, netns: str | None = None, name: str = "sandbox",
+                 initial_cluster: str | None = None) -> None:
+        """initial_cluster: "name=peer-url,..." of every member of a new
+        cluster (EtcdCluster sets it); None, a cluster of this one member."""
         self.workdir = Path(workdir)
+        self.name = name
+        self.initial_cluster = initial_cluster
         self.pki = pki
         self.host = host
         self.netns = netns
@@ -78,6 +89,15 @@ class EtcdServer:
     @property
     def endpoint(self) -> str:
         return f"https://{self._url_host}:{self.port}"
+
+    @property
+    def connection_string(self) -> str:
+        """The client URLs the etcd charm publishes: this member's."""
+        return self.endpoint
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self._url_host}:{self.peer_port}"
 
     @property
     def version(self) -> str:
@@ -96,16 +116,16 @@ class EtcdServer:
         return f"[{self.host}]" if ipaddress.ip_address(self.host).version == 6 else self.host
 
     def command(self) -> list[str]:
-        peer = f"http://{self._url_host}:{self.peer_port}"
+        peer = self.peer_url
         command = [
             ETCD,
-            "--name", "sandbox",
+            "--name", self.name,
             "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.endpoint,
             "--advertise-client-urls", self.endpoint,
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"sandbox={peer}",
+            "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
             "--initial-cluster-state", "new",
             "--client-cert-auth",
             "--trusted-ca-file", str(self.pki.ca_cert),
@@ -118,10 +138,12 @@ class EtcdServer:
             command = ["ip", "netns", "exec", self.netns, *command]
         return command
 
-    def start(self, timeout: float = START_TIMEOUT) -> EtcdServer:
-        """Launch etcd and wait until it reports healthy."""
+    def start(self, timeout: float = START_TIMEOUT, wait: bool = True) -> EtcdServer:
+        """Launch etcd and (with wait) wait until it reports healthy. A member
+        of a new cluster is healthy only once a quorum runs: start them all
+        with wait=False, then wait_healthy() each."""
         if self.running:
-            return self
+            return self if not wait else self.wait_healthy(timeout)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.data_dir, 0o700)  # etcd warns about anything wider
@@ -133,6 +155,11 @@ class EtcdServer:
                 start_new_session=True,  # a Ctrl-C in the terminal is for the test runner
             )
         atexit.register(self.stop)
+        return self.wait_healthy(timeout) if wait else self
+
+    def wait_healthy(self, timeout: float = START_TIMEOUT) -> EtcdServer:
+        """Wait until the launched etcd reports healthy; stop it if it does not."""
+        assert self._process is not None, "start() it first"
         deadline = time.monotonic() + timeout
         last_error = "no answer yet"
         while True:
@@ -203,6 +230,64 @@ class EtcdServer:
 
     def __enter__(self) -> EtcdServer:
         return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class EtcdCluster:
+    """A new etcd cluster of several members sharing one PKI, whose server
+    certificate names every member's host. The same surface as EtcdServer
+    where the sandbox needs it (pki, version, host, connection_string,
+    start/stop, healthy), plus `members`, each an EtcdServer to stop and
+    start on its own. Members in network namespaces get one each (netns[i]);
+    on the host they share `host` with ports of their own."""
+
+    def __init__(self, workdir: str | os.PathLike[str], pki: Pki, hosts: list[str],
+                 netns: list[str | None] | None = None) -> None:
+        workdir = Path(workdir)
+        netns = netns or [None] * len(hosts)
+        self.pki = pki
+        self.members = [EtcdServer(workdir / f"member{n}", pki, host=host, netns=ns,
+                                   name=f"member{n}")
+                        for n, (host, ns) in enumerate(zip(hosts, netns))]
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for member in self.members:
+            member.initial_cluster = initial
+
+    @property
+    def connection_string(self) -> str:
+        return ",".join(m.endpoint for m in self.members)
+
+    @property
+    def host(self) -> str:
+        return self.members[0].host
+
+    @property
+    def version(self) -> str:
+        return etcd_version()
+
+    def healthy(self) -> bool:
+        """Whether every running member reports healthy."""
+        return all(m.healthy() for m in self.members if m.running)
+
+    def start(self, timeout: float = START_TIMEOUT) -> EtcdCluster:
+        for member in self.members:
+            member.start(wait=False)
+        for member in self.members:
+            member.wait_healthy(timeout)
+        return self
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def __enter__(self) -> EtcdCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

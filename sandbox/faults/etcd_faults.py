@@ -10,9 +10,20 @@ and once etcd is back the units go active with no manual step
 """
 from __future__ import annotations
 
-from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL
+import ipaddress
+import json
+import os
+import shutil
+import stat
+import statistics
+import time
+
+from sandbox.cluster import CNI_RELATION, ETCD, ETCD_RELATION, FLANNEL, NETWORK_PREFIX, SUBNET_ENV
+from sandbox.etcd import EtcdCluster
 from sandbox.faults.core import FaultBench, Outcome, row
 from sandbox.network import ping_from_netns
+from sandbox.network import run as run_command
+from sandbox.pki import make_pki
 
 # A hook that took longer than this during a fault waited for etcd: the
 # charm's own etcd timeout is 5 s per endpoint, and hooks must not wait.
@@ -204,4 +215,196 @@ def etcd_down_update_status(bench: FaultBench) -> Outcome:
     bench.cluster.etcd.start()
     recovery = bench.recover()
     problems += leases_kept(before, bench, "after recovery")
+    return bench.outcome(name, recovery, problems)
+
+
+# --- 1e: one member of three down --------------------------------------------------------
+
+# A hook that meets the dead member pays a connect timeout (the charm's are
+# 3 s for update-status's look, 5 s otherwise); one that took this much
+# longer than the same hook with every member up paid one.
+TIMEOUT_PAID = 2.5
+
+
+def blackhole(bench: FaultBench, netns: str) -> None:
+    """The member's machine is gone: nothing answers its address (SYNs
+    dropped, not refused), so a client waits for its connect timeout."""
+    run_command(["ip", "netns", "exec", netns, "iptables", "-I", "INPUT", "-p", "tcp",
+                 "--dport", "2379", "-j", "DROP"])
+
+
+def etcd_hooks(bench: FaultBench, config_values) -> int:
+    """update-status, then for each value a vxlan port change (which writes
+    the network config to etcd) and update-status; returns the hook_log mark."""
+    mark = len(bench.ctl.hook_log)
+    update_status(bench)
+    for port in config_values:
+        bench.cluster.configure(port=port)
+        update_status(bench)
+    return mark
+
+
+@row("1e one of three etcd members down")
+def one_member_of_three_down(bench: FaultBench) -> Outcome:
+    """A three-member etcd; the member listed first dies (its machine
+    gone). The charm and flanneld carry on, and the hooks that talk to etcd
+    pay the dead member's timeout once, not every time: hook durations with
+    every member up and with one down are printed and compared."""
+    name = "1e one of three etcd members down"
+    c = bench.cluster
+    c.etcd.stop()
+    names = [ETCD, "etcd-2", "etcd-3"]
+    for n in names[1:]:
+        c.network.attach(n, kind="service")
+    hosts = [c.network.address_of(n) for n in names]
+    pki = make_pki(c.workdir / "pki-3", server_ips=hosts)
+    members = EtcdCluster(c.workdir / "etcd-3", pki, hosts, [c.network.netns_for(n) for n in names])
+    members.start()
+    try:
+        c.etcd = members.members[1]   # the bench reads etcd through a member that stays
+        text = {k: getattr(pki, k).read_text() for k in ("ca_cert", "client_cert", "client_key")}
+        etcd_app(bench).update(connection_string=members.connection_string,
+                               client_ca=text["ca_cert"], client_cert=text["client_cert"],
+                               client_key=text["client_key"])
+        bench.cluster.settle()
+        bench.deploy()
+        before = subnets(bench)
+        up = etcd_hooks(bench, [8475])
+        up_runs = flannel_hooks(bench, up)
+        show_durations(bench, up, "with three members up")
+        members.members[0].stop()
+        blackhole(bench, c.network.netns_for(ETCD))
+        down = etcd_hooks(bench, [8476, 0])
+        down_runs = flannel_hooks(bench, down)
+        seen = bench.observe("first member dead")
+        show_durations(bench, down, "with the first member dead")
+        problems = hook_problems(bench, down, "with one member dead")
+        problems += [f"{u} said {t!r} with two members of three up"
+                     for u, t in seen.items() if not t.startswith("active")]
+        problems += pods_ping(bench, "with one member dead")
+        problems += leases_kept(before, bench, "with one member dead")
+        for kind in ("update-status", "config-changed"):
+            base = statistics.median(r.duration for r in up_runs if r.hook == kind)
+            slow = [r for r in down_runs if r.hook == kind and r.duration > base + TIMEOUT_PAID]
+            bench.say(f"   {kind}: median {base:.2f}s with all up; with one dead: "
+                      + ", ".join(f"{r.duration:.2f}s" for r in down_runs if r.hook == kind))
+            for unit in {r.unit for r in slow}:
+                paid = [r for r in slow if r.unit == unit]
+                if len(paid) > 1 or kind == "config-changed" and paid:
+                    problems.append(f"{unit}: {len(paid)} {kind} hooks paid a timeout for the "
+                                    f"dead member ({', '.join(f'{r.duration:.1f}s' for r in paid)}"
+                                    f" against {base:.1f}s with all up)")
+        # the member's machine comes back
+        run_command(["ip", "netns", "exec", c.network.netns_for(ETCD), "iptables", "-F", "INPUT"])
+        members.members[0].start()
+        recovery = bench.recover()
+        return bench.outcome(name, recovery, problems)
+    finally:
+        members.stop()
+
+
+# --- 2: etcd rebuilt from nothing --------------------------------------------------------
+
+def expected_leases(before: dict[str, str]) -> set[str]:
+    return {f"{NETWORK_PREFIX}/subnets/"
+            + str(ipaddress.ip_interface(s).network).replace("/", "-") for s in before.values()}
+
+
+@row("2 etcd data wiped")
+def etcd_data_wiped(bench: FaultBench) -> Outcome:
+    """etcd loses its data and restarts empty (a disaster recovery without a
+    backup). flanneld does not notice; the charm must: write the network
+    config again and have flanneld lease its subnet again, by itself."""
+    name = "2 etcd data wiped"
+    bench.deploy()
+    before = subnets(bench)
+    config = bench.cluster.network_config()
+    etcd = bench.cluster.etcd
+    etcd.stop()
+    shutil.rmtree(etcd.data_dir)
+    etcd.start()
+    problems = []
+    if bench.cluster.etcd_values():
+        problems.append("etcd still held flannel's keys after the wipe (the row proves nothing)")
+    started = time.monotonic()
+    mark = len(bench.ctl.hook_log)
+    update_status(bench)
+    bench.observe("etcd restarted empty, update-status")
+    wanted = expected_leases(before)
+    deadline = started + 120
+    while True:
+        values = bench.cluster.etcd_values()
+        stored = values.get(f"{NETWORK_PREFIX}/config")
+        if stored is not None and wanted <= set(values):
+            break
+        if time.monotonic() > deadline:
+            problems.append(f"after {deadline - started:.0f}s of update-status etcd holds "
+                            f"{sorted(values)}, not the config and the leases {sorted(wanted)}")
+            break
+        time.sleep(1.0)
+        update_status(bench)
+    repaired = time.monotonic() - started
+    bench.say(f"   config and leases back in etcd after {repaired:.1f}s: "
+              f"{sorted(bench.cluster.etcd_values())}")
+    show_durations(bench, mark, "after the wipe")
+    if stored is not None and ipaddress.ip_network(
+            json.loads(stored)["Network"]) != ipaddress.ip_network(config["Network"]):
+        problems.append(f"etcd's config became {stored}, was {config}")
+    problems += hook_problems(bench, mark, "after the wipe")
+    problems += leases_kept(before, bench, "after the wipe")
+    recovery = repaired + bench.recover()
+    return bench.outcome(name, recovery, problems)
+
+
+# --- 3: etcd rebuilt with a new PKI --------------------------------------------------------
+
+TLS_FILES = {"ca_cert": "/etc/ssl/flannel/client-ca.pem",
+             "client_cert": "/etc/ssl/flannel/client-cert.pem",
+             "client_key": "/etc/ssl/flannel/client-key.pem"}
+
+
+@row("3 etcd CA and client certificate replaced")
+def etcd_pki_replaced(bench: FaultBench) -> Outcome:
+    """etcd is rebuilt with a new CA, server and client certificate and
+    restarted with them (its data kept); then the etcd charm publishes the
+    new CA, cert and key. The charm rewrites its TLS files (0600), restarts
+    flanneld with them, goes active; the old pods keep pinging."""
+    name = "3 etcd CA and client certificate replaced"
+    bench.deploy()
+    before = subnets(bench)
+    pids = {m: bench.cluster.flanneld_pids(m) for m in before}
+    etcd = bench.cluster.etcd
+    pki = make_pki(bench.cluster.workdir / "pki-rebuilt", server_ips=[etcd.host])
+    etcd.stop()
+    etcd.pki = pki
+    etcd.start()
+    mark = len(bench.ctl.hook_log)
+    update_status(bench)
+    seen = bench.observe("etcd on a new PKI, the relation still has the old one")
+    problems = status_names_etcd(bench, seen, "while the relation had the old PKI")
+    problems += pods_ping(bench, "while the relation had the old PKI")
+    published, started = time.time(), time.monotonic()
+    text = {k: getattr(pki, k).read_text() for k in TLS_FILES}
+    etcd_app(bench).update(client_ca=text["ca_cert"], client_cert=text["client_cert"],
+                           client_key=text["client_key"])
+    bench.cluster.settle()
+    bench.recover()
+    recovery = time.monotonic() - started   # from the etcd charm publishing the new PKI
+    show_durations(bench, mark, "from the new PKI to active")
+    problems += hook_problems(bench, mark, "after the PKI change")
+    for m in before:
+        machine = bench.machine(m)
+        for key, path in TLS_FILES.items():
+            # the relation's values are stripped text: the file has no final newline
+            if (machine.read_file(path) or b"").decode().strip() != text[key].strip():
+                problems.append(f"{m}: {path} is not the new {key}")
+            mode = stat.S_IMODE(os.stat(machine.path_on_host(path)).st_mode)
+            if mode != 0o600:
+                problems.append(f"{m}: {path} has mode {oct(mode)}, not 0600")
+        if bench.cluster.flanneld_pids(m) == pids[m]:
+            problems.append(f"{m}: flanneld was not restarted with the new credentials")
+        if os.stat(machine.path_on_host(SUBNET_ENV)).st_mtime < published:
+            problems.append(f"{m}: flanneld wrote no subnet.env since the new PKI: it did not "
+                            "get its lease from etcd")
+    problems += leases_kept(before, bench, "after the PKI change")
     return bench.outcome(name, recovery, problems)

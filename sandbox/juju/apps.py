@@ -250,15 +250,16 @@ class EtcdApp(EmulatedApp):
     @classmethod
     def from_server(cls, server, *, name: str = "etcd", client_cert=None, client_key=None,
                     ready: bool = True):
-        """From a running sandbox.etcd.EtcdServer (its endpoint, version and
-        PKI); client_cert/client_key override the PKI's client pair."""
+        """From a running sandbox.etcd.EtcdServer or EtcdCluster (its
+        connection string, version and PKI); client_cert/client_key override
+        the PKI's client pair."""
         pki = server.pki
 
         def text(p):
             with open(p, encoding="utf-8") as f:
                 return f.read()
 
-        return cls(server.endpoint, version=server.version, client_ca=text(pki.ca_cert),
+        return cls(server.connection_string, version=server.version, client_ca=text(pki.ca_cert),
                    client_cert=text(client_cert or pki.client_cert),
                    client_key=text(client_key or pki.client_key), name=name,
                    address=server.host, ready=ready)
