@@ -256,9 +256,10 @@ def _look_at_etcd(etcd) -> None:
     except ValueError:
         env = None
     lease_of = None
-    if env is not None and confirmed and env.subnet.network.subnet_of(
-            daemon.network_shape(confirmed)[0]):
-        lease_of = str(env.subnet.network)
+    if env is not None and confirmed:
+        network, subnet_len, _ = daemon.network_shape(confirmed)
+        if env.subnet.network.subnet_of(network) and env.subnet.network.prefixlen == subnet_len:
+            lease_of = str(env.subnet.network)  # (a subnet.env of another network: re-leasing)
     files = client_files()
     try:
         view = etcd_probe.look(etcd_probe.parse_endpoints(etcd.connection_string()),
