@@ -533,6 +533,7 @@ def assess_status():
         etcd_problem=kv.get(PROBLEM_KEY + "etcd"),
         network_configured=is_flag_set(NETWORK_CONFIGURED),
         service_active=running and _flanneld_active(),
+        service_started=running,
         # flanneld's word on its lease (subnet.env), checked against the
         # network etcd confirmed: no etcd round trip in an idle hook.
         cidr=daemon.network_shape(confirmed)[0] if confirmed else None,
