@@ -4,6 +4,7 @@ once. See sandbox/faults/core.py for the bench and the checks."""
 from __future__ import annotations
 
 import io
+import ipaddress
 import os
 import signal
 import tarfile
@@ -159,4 +160,79 @@ def flanneld_crash_looping(bench: FaultBench) -> Outcome:
     for m, pod in bench.pods.items():
         if addresses[m] not in pod_addresses(pod):
             problems.append(f"pod {pod.name} on {m} lost its address {addresses[m]}")
+    return bench.outcome(name, recovery, problems)
+
+
+def lease_keys(bench: FaultBench) -> set[str]:
+    return set(bench.cluster.etcd_values("/coreos.com/network/subnets/"))
+
+
+def routes_to(bench: FaultBench, machine: str, subnet: str) -> list[str]:
+    """The routes `machine` has to the pod subnet `subnet` ("10.1.52.1/24")."""
+    network = str(ipaddress.ip_interface(subnet).network)
+    return [f"{r.get('dst')} dev {r.get('dev')}"
+            for r in bench.machine(machine).ip_json("route", "show")
+            if r.get("dst") == network]
+
+
+@row("8 machine reboot")
+def machine_reboot(bench: FaultBench) -> Outcome:
+    """m1 loses power and boots, twice: first systemd starts what is enabled
+    (flanneld) before Juju fires `start`; then with nothing started at boot,
+    so that the `start` hook alone must bring flannel back. Its pods are gone
+    each time (the kubelet makes new ones): the bench forgets m1's pod, CNI
+    DEL releases what it held on disk, and a new pod on m1 must reach m2's
+    old pod and back. The lease must be the same, the routes back."""
+    name = "8 machine reboot"
+    bench.deploy()
+    cluster, problems = bench.cluster, []
+    other = [m for m in cluster.worker_machines() if m != M1][0]
+    subnet = cluster.subnet_env(M1).get("FLANNEL_SUBNET")
+    other_subnet = cluster.subnet_env(other).get("FLANNEL_SUBNET")
+    leases = lease_keys(bench)
+    recovery = 0.0
+    for boot_starts in (True, False):
+        how = "systemd starts flanneld" if boot_starts else "nothing started at boot"
+        old_pod = bench.pods[M1]
+        allocations = f"/var/lib/cni/networks/{old_pod.network}"
+        if old_pod.address not in (bench.machine(M1).ls(allocations) or []):
+            problems.append(f"no host-local allocation of {old_pod.address} before the reboot")
+        since = len(bench.ctl.hook_log)
+        started = time.monotonic()
+        pods, gone = cluster.reboot(M1, start_enabled=boot_starts)   # settled
+        bench.forget_pods(M1)
+        bench.say(f"   rebooted {M1} ({how}): {', '.join(gone)}")
+        if pods != [old_pod]:
+            problems.append(f"{how}: the reboot took pods {pods}, not {old_pod}")
+        for thing in ("link cni0", "/run/flannel", "pod namespace " + old_pod.netns):
+            if thing not in gone:
+                problems.append(f"the reboot did not take {thing}")
+        if not any(t.startswith("link flannel.") for t in gone):
+            problems.append("the reboot did not take flanneld's vxlan link")
+        if not any(t.startswith("process ") and t.endswith(" flanneld") for t in gone):
+            problems.append("the reboot did not kill flanneld")
+        starts = sorted(h.unit for h in bench.ctl.hook_log[since:] if h.hook == "start")
+        bench.observe(f"{how}, then start on {', '.join(starts)}")
+        if bench.unit_on(M1) not in starts:
+            problems.append(f"{how}: Juju fired no start on {bench.unit_on(M1)}")
+        problems += hook_tracebacks(bench, since)
+        bench.recover()
+        recovery = max(recovery, time.monotonic() - started)
+        now = cluster.subnet_env(M1).get("FLANNEL_SUBNET")
+        if now != subnet:
+            problems.append(f"{how}: {M1} came back with another lease: {subnet} -> {now}")
+        if lease_keys(bench) != leases:
+            problems.append(f"{how}: the leases in etcd changed: {sorted(leases)} -> "
+                            f"{sorted(lease_keys(bench))}")
+        if not routes_to(bench, M1, other_subnet):
+            problems.append(f"{how}: {M1} has no route to {other}'s pods ({other_subnet})")
+        if not routes_to(bench, other, subnet):
+            problems.append(f"{how}: {other} has no route to {M1}'s pods ({subnet})")
+        if old_pod.address in (bench.machine(M1).ls(allocations) or []):
+            problems.append(f"{how}: host-local still holds {old_pod.address} for the pod "
+                            "the reboot took")
+        # the kubelet recreates m1's pod: it must reach m2's old pod and back
+        pod = bench.pods[M1] = cluster.start_pod(M1)
+        if ipaddress.ip_address(pod.address) not in ipaddress.ip_interface(subnet).network:
+            problems.append(f"{how}: the new pod on {M1} got {pod.address}, outside {subnet}")
     return bench.outcome(name, recovery, problems)
