@@ -587,11 +587,15 @@ def assess_status():
         resource_problem=kv.get(PROBLEM_KEY + "resource"),
         installed=is_flag_set(INSTALLED),
         config_problem=config_problem,
-        etcd_related=is_flag_set("etcd.connected") or is_flag_set("etcd.available"),
+        # related = the relation exists: before etcd's unit joins (a new unit's
+        # hooks up to start) the unit waits for it; blocked only without one
+        etcd_related=(is_flag_set("etcd.connected") or is_flag_set("etcd.available")
+                      or bool(endpoint_from_name("etcd").relations)),
         etcd_tls_ready=is_flag_set("etcd.available") and is_flag_set("etcd.tls.available"),
         etcd_problem=kv.get(PROBLEM_KEY + "etcd"),
         network_configured=is_flag_set(NETWORK_CONFIGURED),
         service_active=running and _flanneld_active(),
+        service_started=running,
         # flanneld's word on its lease (subnet.env), checked against the
         # network etcd confirmed: no etcd round trip in an idle hook.
         cidr=daemon.network_shape(confirmed)[0] if confirmed else None,

@@ -1,12 +1,14 @@
 """python -m sandbox demo --charm DIR [--resource TARBALL]
 python -m sandbox bench --charm DIR [--resource TARBALL] [--json FILE] [--machines 1,4,16]
-python -m sandbox faults --charm DIR [--resource TARBALL] [--only TEXT] [--soak]"""
+python -m sandbox faults --charm DIR [--resource TARBALL] [--only TEXT] [--soak]
+python -m sandbox soak --charm DIR [--resource TARBALL] [--cycles 50] [--json FILE]"""
 import sys
 
-from sandbox import bench, demo
+from sandbox import bench, demo, soak
 from sandbox.faults import runner as faults
 
-COMMANDS = {"demo": demo.main, "bench": bench.main, "faults": faults.main}
+COMMANDS = {"demo": demo.main, "bench": bench.main, "faults": faults.main,
+            "soak": soak.main}
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [] or sys.argv[1] not in COMMANDS:

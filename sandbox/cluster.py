@@ -306,6 +306,40 @@ class Cluster:
         return [f"{h.unit} {h.hook} (exit {h.exit_code}): {h.stderr_tail[-500:]}"
                 for h in self.controller.hook_log if not h.ok]
 
+    def reboot(self, machine: str, *, start_enabled: bool = True) -> tuple[list, list[str]]:
+        """`machine` loses power and boots again (Machine.reboot(): its
+        processes, /run, links, routes and its pods' namespaces gone; with
+        start_enabled the units it enabled start at boot, as systemd does),
+        then Juju's agent fires `start` on its units (Controller.reboot()),
+        settled. Its pods are gone, as after a real reboot: they leave
+        `self.pods` and are returned; what they held on disk (host-local's
+        allocations under /var/lib/cni) is released as the kubelet does for a
+        dead pod sandbox, with a CNI DEL whose namespace no longer exists
+        (release_pod). The kubelet then starts new pods: start_pod().
+        Returns (the pods gone, what Machine.reboot() says went); a CNI DEL
+        that failed raises ClusterError."""
+        m = self.machines[machine]
+        gone = [p for p in self.pods if p.machine is m]
+        self.pods = [p for p in self.pods if p.machine is not m]
+        went = m.reboot(start_enabled=start_enabled)
+        self.controller.reboot(self.machine_ids[machine])
+        self.settle()
+        for pod in gone:
+            error = self.release_pod(pod)
+            if error:
+                raise ClusterError(f"CNI DEL of {pod.name}, gone with {machine}'s reboot: {error}")
+        return gone, went
+
+    def release_pod(self, pod) -> str:
+        """CNI DEL for a pod whose namespace is gone (what containerd runs
+        when the kubelet removes a dead sandbox): the plugins free what the
+        pod held on disk. Returns the plugin's stderr ("" when it succeeded)."""
+        from sandbox.pod import _cnitool
+        if isinstance(pod, CriPod):
+            return ""   # containerd's own state: not modelled across a reboot
+        proc = _cnitool(pod.machine, "del", pod.network, pod.netns_path)
+        return "" if proc.returncode == 0 else (proc.stderr.strip() or proc.stdout.strip())
+
     # --- pods --------------------------------------------------------------------
     def start_pod(self, machine: str, runtime: str = "cnitool") -> Pod | CriPod:
         """A pod on `machine`: runtime "cnitool" attaches a network namespace

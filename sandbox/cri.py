@@ -240,6 +240,13 @@ def _cgroup_pids(relative: str) -> list[int]:
     return sorted(pids)
 
 
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return False
+
+
 def _remove_cgroups(relative: str) -> None:
     for top in _cgroup_dirs(relative):
         for d in sorted((p for p in top.rglob("*") if p.is_dir()),
@@ -390,6 +397,27 @@ class Containerd:
         # the Popen is nsenter, which execs containerd: same pid
         return {"containerd": main, "shims": sum(rss(p) for p in self.shim_pids())}
 
+    def crash(self) -> None:
+        """The power goes (Machine.reboot): containerd, its shims and every
+        container die at once, with no CNI DEL; the kernel's cgroups go.
+        What containerd keeps on disk (its root under the state dir) stays."""
+        doomed = set(_cgroup_pids(self.cgroup))
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.machine.holder is not None:
+            doomed.update(self.shim_pids())
+            kill_pids(self.shim_pids, timeout=0)
+        kill_pids(lambda: _cgroup_pids(self.cgroup), timeout=0)
+        deadline = time.monotonic() + 10
+        while any(_running(p) for p in doomed) and time.monotonic() < deadline:
+            time.sleep(0.05)   # a killed process takes a moment to be gone
+        _remove_cgroups(self.cgroup)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.process = None
+
     def stop(self) -> None:
         """Remove every pod through the runtime (CNI DEL included), stop
         containerd, then kill whatever the shims left in the pods' cgroups
@@ -422,7 +450,16 @@ def runtime_for(machine: Machine) -> Containerd:
     if rt is None or rt.machine is not machine:
         rt = _RUNTIMES[machine.netns] = Containerd(machine)
         machine.on_destroy.append(lambda: stop_runtime(machine))
+        machine.on_reboot.append(lambda: crash_runtime(machine))
     return rt.start()
+
+
+def crash_runtime(machine: Machine) -> None:
+    """The machine's containerd dies with the power (Machine.reboot() does
+    this first); the next runtime_for() starts a new one."""
+    rt = _RUNTIMES.get(machine.netns)
+    if rt is not None and rt.machine is machine:
+        rt.crash()
 
 
 def stop_runtime(machine: Machine) -> None:

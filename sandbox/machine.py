@@ -58,6 +58,7 @@ API::
         m.links() -> list[str]           # link names in its netns
         m.ip_json(*args) -> list[dict]   # `ip -j ARGS` inside
         m.systemctl(*args, check=False) -> CompletedProcess
+        m.reboot(start_enabled=True) -> list[str]   # a power cycle: see reboot()
 
 ``destroy()`` first calls ``m.on_destroy`` (callables, last first: a
 containerd is stopped through its own API there), deletes the machine's pod
@@ -187,6 +188,14 @@ class Machine:
         # called first by destroy(), last registered first: what runs inside
         # and must be stopped in order (sandbox.cri's containerd)
         self.on_destroy: list = []
+        # called first by reboot(): what runs inside and dies with the power
+        # (sandbox.cri's containerd, its shims and containers)
+        self.on_reboot: list = []
+        # the network state the machine booted with (routes, ip_forward):
+        # what a reboot returns it to
+        self._boot_routes: list[dict] = []
+        self._boot_forwarding = "0"
+        self._boot_mounts: set[str] = set()
 
     def __repr__(self) -> str:
         return f"Machine({self.name!r}, netns={self.netns!r}, address={self.address!r})"
@@ -255,6 +264,9 @@ class Machine:
                 raise MachineError(f"machine {self.name}: holder failed: {line} {err}".strip())
             self.holder.stdout.close()
             self._mnt_ns = _ns_id(f"/proc/{self.holder.pid}/ns/mnt")
+            self._boot_routes = self.ip_json("route", "show")
+            self._boot_mounts = set(self._mount_points())
+            self._boot_forwarding = self._forwarding()
         except Exception:
             self.destroy()
             raise
@@ -326,6 +338,127 @@ class Machine:
 
     def systemctl(self, *args, check: bool = False) -> subprocess.CompletedProcess:
         return self.run(["systemctl", *args], check=check)
+
+    # --- reboot ------------------------------------------------------------------
+    def _forwarding(self) -> str:
+        return run(["ip", "netns", "exec", self.netns, "cat",
+                    "/proc/sys/net/ipv4/ip_forward"]).stdout.strip()
+
+    def reboot(self, start_enabled: bool = True) -> list[str]:
+        """The machine loses power and boots again; returns what went, as
+        lines ("process 123 flanneld", "link cni0", "/run/flannel", "pod ...").
+
+        Like a power cycle: every process of the machine is SIGKILLed (the
+        holder, which *is* the machine's mount namespace, stays), its pods'
+        network namespaces go (sandbox pods live in host-side namespaces named
+        after the machine), every link but lo and its NIC goes (flannel.*,
+        cni0, veths), routes and ip_forward return to what the machine booted
+        with, its nftables/iptables rules are flushed, and /run is emptied as
+        a fresh tmpfs would be: everything the machine wrote under /run is
+        removed (the host's own /run entries, the overlay's lower layer, stay
+        visible: they stand for what a booting system recreates; /run/netns
+        and the state root stay bound). Disks keep their files (/etc, /opt,
+        /var/lib, /usr/local: the install record, /var/lib/cni, the unit
+        agents' state). Then "systemd" boots: with start_enabled, every unit
+        enabled in /etc/systemd/system/*.target.wants is started, as
+        systemd does before Juju's agent runs `start`."""
+        gone: list[str] = []
+        for hook in list(self.on_reboot):
+            try:
+                hook()
+            except Exception as error:   # the kill below still happens
+                print(f"machine {self.name}: reboot step failed: {error}", file=sys.stderr)
+        for pid in self.pids():
+            if pid == self.holder_pid:
+                continue
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                os.kill(pid, 9)
+                gone.append(f"process {pid} {comm}")
+            except OSError:
+                pass
+        kill_pids(lambda: [p for p in self.pids() if p != self.holder_pid], timeout=0.5)
+        for n in list_netns():
+            if n.startswith(self.pod_prefix):
+                delete_netns(n)
+                gone.append(f"pod namespace {n}")
+        for link in self.ip_json("link", "show"):
+            name = link["ifname"]
+            if name in ("lo", self.iface):
+                continue
+            if run(["ip", "-n", self.netns, "link", "del", name], check=False).returncode == 0:
+                gone.append(f"link {name}")
+        boot = {(r.get("dst"), r.get("dev"), r.get("gateway")) for r in self._boot_routes}
+        for route in self.ip_json("route", "show"):
+            if (route.get("dst"), route.get("dev"), route.get("gateway")) not in boot:
+                argv = ["ip", "-n", self.netns, "route", "del", route["dst"]]
+                if route.get("dev"):
+                    argv += ["dev", route["dev"]]
+                run(argv, check=False)
+                gone.append(f"route {route['dst']}")
+        run(["ip", "netns", "exec", self.netns, "nft", "flush", "ruleset"], check=False)
+        run(["ip", "netns", "exec", self.netns, "sh", "-c",
+             f"echo {self._boot_forwarding} > /proc/sys/net/ipv4/ip_forward"], check=False)
+        gone += self._empty_run()
+        (self.path_on_host("/run") / "systemd" / "system").mkdir(parents=True, exist_ok=True)
+        if start_enabled:
+            for unit in self.enabled_units():
+                self.run(["systemctl", "start", unit], check=False, timeout=60)
+        return gone
+
+    def _mount_points(self) -> list[str]:
+        return [line.split()[4] for line in
+                Path(f"/proc/{self.holder_pid}/mountinfo").read_text().splitlines()]
+
+    def enabled_units(self) -> list[str]:
+        """Units the machine enabled (`systemctl enable`) for a boot target:
+        links in its own /etc/systemd/system/*.target.wants (the overlay's
+        upper layer; the host's enabled units are not the machine's)."""
+        etc = self.state_dir / "upper" / "etc" / "systemd" / "system"
+        found = []
+        for wants in etc.glob("*.target.wants"):
+            found += [p.name for p in wants.iterdir() if os.path.lexists(p)]
+        return sorted(set(found))
+
+    def _empty_run(self) -> list[str]:
+        """Remove what the machine wrote under /run (the overlay's upper
+        layer), through the machine's own view; unmount what was mounted
+        there first. Kept: /run/netns and the state root (bound from the host)."""
+        keep = [Path(p) for p in ("/run/netns", str(state_root()))]
+        for point in map(Path, reversed(self._mount_points())):
+            if str(point) in self._boot_mounts or Path("/run") not in point.parents:
+                continue
+            if not any(point == k or k in point.parents or point in k.parents for k in keep):
+                self.run(["umount", "-l", str(point)], check=False)
+        root = Path(f"/proc/{self.holder_pid}/root")
+        upper = self.state_dir / "upper"
+        gone = []
+
+        def empty(directory: Path) -> None:
+            try:
+                names = sorted(os.listdir(upper / directory.relative_to("/")))
+            except OSError:
+                return
+            for name in names:
+                path = directory / name
+                view = root / path.relative_to("/")
+                if any(path == k for k in keep):
+                    continue
+                lower_dir = Path(path).is_dir() and not Path(path).is_symlink()
+                if any(path in k.parents for k in keep) or (
+                        lower_dir and view.is_dir() and not view.is_symlink()):
+                    empty(path)   # holds something kept, or merged with the host's
+                    continue
+                try:
+                    if view.is_dir() and not view.is_symlink():
+                        shutil.rmtree(view)
+                    else:
+                        view.unlink()
+                    gone.append(str(path))
+                except FileNotFoundError:
+                    pass
+        empty(Path("/run"))
+        return gone
 
     # --- files ----------------------------------------------------------------
     def path_on_host(self, path: str) -> Path:

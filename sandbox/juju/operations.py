@@ -506,6 +506,24 @@ class ModelOperations:
         self.unit(unit)
         self._enqueue({"unit": unit, "op": "hook", "hook": hook})
 
+    def reboot(self, machine_id) -> list[str]:
+        """The machine `machine_id` is back from a reboot (the OS side:
+        sandbox.machine.Machine.reboot()). Juju 2.8+ (juju/juju#11261): the
+        unit agent detects the reboot (its transient marker under /run is
+        gone) and fires `start` on every unit of the machine that had
+        started before; no other hook: config-changed comes only when the
+        config, trust or the machine's addresses changed, relation hooks only
+        when a relation did. A unit still setting up carries on where it was
+        (its queued hooks stay). Returns the units `start` was queued for."""
+        m = self.model()
+        mid = str(machine_id)
+        units = [u for u in m.data["units"]
+                 if str(m.unit(u).get("machine")) == mid and m.unit(u)["life"] == "alive"
+                 and m.unit(u)["started"]]
+        for u in units:
+            self._enqueue({"unit": u, "op": "hook", "hook": "start"})
+        return units
+
     def update_status(self, app: str | None = None) -> None:
         m = self.model()
         apps = [app] if app else sorted(m.data["applications"])

@@ -130,6 +130,28 @@ def test_cri_pods_get_addresses_ping_and_release_them_and_destroy_leaves_nothing
     assert cri_leftovers() == []
 
 
+def test_a_reboot_kills_containerd_its_shims_and_containers(have_runtime, test_network):
+    """Machine.reboot(): containerd and everything it ran die with the power
+    (before sandbox.cri hooked on_reboot, the pod's pause and busybox
+    processes outlived the reboot); the next pod starts a new containerd."""
+    machine = Machine("m1", test_network).start()
+    try:
+        _bridge_machine(machine)
+        runtime = runtime_for(machine)
+        pod = CriPod.create(machine, "p1")
+        pids = [runtime.process.pid, *runtime.shim_pids(), pod.pause_pid]
+        assert all(_alive(p) for p in pids)
+        machine.reboot()
+        assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+        assert not runtime.running
+        assert not Path(f"/sys/fs/cgroup/pids/{CGROUP_PARENT}/{machine.netns}").exists()
+        again = CriPod.create(machine, "p2")
+        assert runtime_for(machine).running and again.address.startswith("10.77.0.")
+    finally:
+        machine.destroy()
+    assert cri_leftovers() == []
+
+
 def test_without_a_conflist_runp_fails_with_containerds_words(have_runtime, test_network):
     with Machine("m1", test_network) as machine:
         with pytest.raises(PodFailed) as failed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -151,3 +152,50 @@ def test_destroy_kills_everything_and_cleans_up(test_network):
             except OSError:   # gone, or not ours to look at (pid 1 here)
                 pass
     assert str(state_root()) not in open("/proc/self/mountinfo").read()
+
+
+def test_reboot_empties_run_kills_everything_and_keeps_the_disks(machines):
+    """A power cycle: processes, links, routes, rules and /run go; the disks
+    stay; enabled units start again; the other machine is untouched."""
+    m1, m2 = machines
+    m1.write_file("/lib/systemd/system/sleeper.service", SLEEPER_UNIT)
+    m1.write_file("/lib/systemd/system/idle.service", SLEEPER_UNIT)
+    m1.run(["systemctl", "daemon-reload"])
+    m1.run(["systemctl", "enable", "sleeper"])
+    m1.run(["systemctl", "start", "sleeper", "idle"])
+    before = set(m1.pids_of("sleep"))
+    assert len(before) == 2
+    stray = m1.popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
+    m1.run(["sh", "-ec", "mkdir -p /run/flannel && echo FLANNEL_SUBNET=10.1.5.1/24 "
+            "> /run/flannel/subnet.env; echo 1 > /run/flannel/x; touch /run/y; "
+            "mkdir -p /opt/cni/bin && echo kept > /opt/cni/bin/kept; "
+            "ip link add cni0 type bridge; "
+            "ip link add flannel.1 type vxlan id 1 dev eth0 dstport 8472; "
+            "ip link set cni0 up; ip addr add 10.1.5.1/24 dev cni0; "
+            "ip route add 10.1.9.0/24 via 172.31.254.12 dev eth0; "
+            "echo 1 > /proc/sys/net/ipv4/ip_forward; "
+            "nft add table ip flsbtest"])
+    m2.run(["sh", "-ec", "mkdir -p /run/flannel && echo m2 > /run/flannel/x"])
+    pod_ns = m1.pod_prefix + "p1"
+    run(["ip", "netns", "add", pod_ns])
+
+    gone = m1.reboot()
+
+    assert f"pod namespace {pod_ns}" in gone and pod_ns not in list_netns()
+    assert not any(alive(p) for p in before) and stray.wait(timeout=10) == -9
+    assert m1.links() == ["lo", "eth0"]
+    routes = m1.run(["ip", "route", "show"]).stdout
+    assert "10.1.9.0" not in routes and "172.31.254.0/24" in routes
+    assert m1.run(["cat", "/proc/sys/net/ipv4/ip_forward"]).stdout.strip() == "0"
+    assert "flsbtest" not in m1.run(["nft", "list", "tables"]).stdout
+    assert m1.read_file("/run/flannel/subnet.env") is None and not m1.exists("/run/y")
+    assert not m1.exists("/run/flannel")
+    assert m1.run(["test", "-d", "/run/systemd/system"]).returncode == 0
+    assert m1.exists("/run/netns") and m1.read_file("/opt/cni/bin/kept") == b"kept\n"
+    # systemd's boot: the enabled unit runs again, the merely started one not
+    assert len(m1.pids_of("sleep")) == 1
+    assert m1.run(["systemctl", "is-active", "sleeper"]).stdout.strip() == "active"
+    idle = m1.run(["systemctl", "is-active", "idle"], check=False).stdout.strip()
+    assert idle != "active"
+    assert m2.read_file("/run/flannel/x") == b"m2\n"
+    assert m1.holder is not None and m1.run(["true"]).returncode == 0

@@ -170,3 +170,22 @@ def test_units_on_different_machines_run_hooks_at_once_one_machine_one_at_a_time
     ctl.update_status()
     ctl.settle()
     assert not any(overlap(a, b) for a in app.spans for b in app.spans if a is not b)
+
+
+def test_a_reboot_fires_start_on_the_started_units_of_that_machine_only(cluster):
+    """Juju 2.8+ (juju/juju#11261): after a reboot the unit agent fires
+    `start` on each unit of the machine that had started; nothing else."""
+    ctl = cluster.ctl
+    m1 = cluster.add_machine()
+    ctl.add_unit("kubernetes-worker", m1)
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    on_m0 = {u for u in ctl.units("flannel") + ctl.units("kubernetes-worker")
+             if ctl.unit(u)["machine"] == cluster.m0}
+    assert len(on_m0) == 2
+    before = len(ctl.hook_log)
+    assert set(ctl.reboot(cluster.m0)) == on_m0
+    ctl.settle()
+    fired = sorted((r.unit, r.hook) for r in ctl.hook_log[before:])
+    assert fired == sorted((u, "start") for u in on_m0)
+    assert ctl.reboot("99") == []

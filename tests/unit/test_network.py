@@ -2,6 +2,7 @@
 client TLS on 127.0.0.1, started once per session)."""
 import json
 import socket
+import threading
 import time
 
 import etcd3gw
@@ -260,6 +261,89 @@ def test_ensure_changes_the_cidr_under_live_leases(etcd, settings, prefix):
     ensure_network_config(store, options())
     raw_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
     assert ensure_network_config(store, options(cidr="10.2.0.0/16")) is True
+
+
+# -- many units at once: first deploy on many machines, concurrent hooks -------
+
+def config_version(etcd, prefix) -> int:
+    """How many times the config key was written since it was created."""
+    found = raw_client(etcd).get(f"{prefix}/config", metadata=True)
+    return int(found[0][1]["version"]) if found else 0
+
+
+def test_units_configuring_a_fresh_network_at_once_write_it_exactly_once(etcd, settings,
+                                                                         prefix):
+    """Eight units' hooks (first deploy, concurrent) each ensure the same
+    config at the same moment: one write, the others find it there. On main
+    (read, then put) several read "nothing yet" and each put it again: the
+    key's version went to 2..8 and every flanneld saw config events."""
+    writers = 8
+    barrier = threading.Barrier(writers)
+    wrote = []
+
+    def unit():
+        with NetworkStore(settings, prefix) as store:
+            barrier.wait()
+            wrote.append(ensure_network_config(store, options()))
+
+    threads = [threading.Thread(target=unit) for _ in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wrote) == [False] * (writers - 1) + [True]
+    assert config_version(etcd, prefix) == 1
+    assert NetworkStore(settings, prefix).read_config() == network_config(options())
+
+
+class ReadThenSomeoneElse(NetworkStore):
+    """A store whose first read is followed, before it can write, by another
+    unit's write and a flanneld taking a lease (the window between a read
+    and a write, made certain)."""
+
+    def __init__(self, settings, prefix, meanwhile):
+        super().__init__(settings, prefix)
+        self.meanwhile = meanwhile
+
+    def read_config_value(self):
+        read = super().read_config_value()
+        if self.meanwhile:
+            self.meanwhile.pop()()
+        return read
+
+
+def test_a_backend_is_never_switched_over_a_config_written_since_it_was_checked(
+        etcd, settings, prefix):
+    """Unit B reads no config (nothing to check), unit A writes vxlan and a
+    node leases, then B writes host-gw: on main B's put went through, a
+    backend switched under a live lease (what check_backend_change refuses)."""
+    client = raw_client(etcd)
+
+    def unit_a_and_its_flanneld():
+        NetworkStore(settings, prefix).write_config(network_config(options()))
+        client.put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+
+    store = ReadThenSomeoneElse(settings, prefix, [unit_a_and_its_flanneld])
+    with pytest.raises(InvalidOption) as caught:
+        ensure_network_config(store, options(backend="host-gw"))
+    assert "while 1 node holds a lease" in str(caught.value)
+    assert NetworkStore(settings, prefix).read_config() == network_config(options())
+
+
+def test_a_config_that_keeps_changing_underneath_is_a_reason_to_wait(etcd, settings, prefix):
+    """Another writer wins every round: the unit waits (EtcdUnavailable, a
+    waiting status and a retry next hook) instead of looping or overwriting."""
+    other = iter(range(100))
+
+    def someone_else_writes():
+        NetworkStore(settings, prefix).write_config(
+            network_config(options(cidr=f"10.{next(other) + 10}.0.0/16")))
+
+    store = ReadThenSomeoneElse(settings, prefix, [someone_else_writes] * 10)
+    with pytest.raises(EtcdUnavailable) as caught:
+        ensure_network_config(store, options())
+    assert "kept changing" in caught.value.reason
+    assert store.read_config() != network_config(options())
 
 
 # -- TLS: the relation's CA, whatever the environment says --------------------

@@ -66,3 +66,15 @@ def test_a_broken_cni_chain_is_blocked_with_the_plugin_named():
     problem = 'CNI plugin "bridge" missing from /opt/cni/bin (provided by the principal)'
     status = assess(Observations(**{**HEALTHY, "cni_problem": problem}))
     assert (status.state, status.message) == ("blocked", problem)
+
+
+def test_a_flanneld_that_exited_after_its_start_is_failing_not_starting():
+    """On main a crash-looping flanneld (a broken binary in the resource) left
+    the unit at "Waiting for flannel.service to start.", hook after hook."""
+    failing = assess(Observations(**{**HEALTHY, "service_active": False,
+                                     "service_started": True}))
+    assert failing.state == "waiting"
+    assert "flannel.service is failing" in failing.message
+    assert "journalctl -u flannel" in failing.message
+    starting = assess(Observations(**{**HEALTHY, "service_active": False}))
+    assert starting.message == "Waiting for flannel.service to start."

@@ -28,6 +28,7 @@ from .options import InvalidOption, NetworkOptions, network_config
 __all__ = ["network_config", "EtcdUnavailable", "DEFAULT_PREFIX", "DEFAULT_ETCD_PORT"]
 
 DEFAULT_BACKEND = "vxlan"  # what flanneld assumes when Backend has no Type
+WRITE_ATTEMPTS = 3  # compare-and-swap rounds lost to other writers before waiting
 
 T = TypeVar("T")
 
@@ -65,19 +66,33 @@ def check_backend_change(
     )
 
 
-def ensure_network_config(store: NetworkStore, options: NetworkOptions) -> bool:
-    """Make etcd hold the config for options; True if it was written.
+def ensure_network_config(store: NetworkStore, options: NetworkOptions,
+                          attempts: int = WRITE_ATTEMPTS) -> bool:
+    """Make etcd hold the config for options; True if this call wrote it.
 
     Raises InvalidOption("backend", ...) rather than switching backends under
-    live leases, and EtcdUnavailable when etcd cannot be reached.
+    live leases, and EtcdUnavailable when etcd cannot be reached. The write is
+    a compare-and-swap over the value the checks were made on: units
+    configuring the network at once (first deploy, concurrent hooks) write it
+    once, and a config another unit wrote meanwhile is checked again, never
+    overwritten unchecked.
     """
     wanted = network_config(options)
-    current = store.read_config()
-    if current == wanted:
-        return False
-    if backend_type(current) not in (None, backend_type(wanted)):
-        check_backend_change(current, wanted, len(store.leases()))
-    return store.write_config(wanted)
+    for _ in range(attempts):
+        current, raw = store.read_config_value()
+        if current == wanted:
+            return False
+        if backend_type(current) not in (None, backend_type(wanted)):
+            check_backend_change(current, wanted, len(store.leases()))
+        if store.swap_config(raw, wanted):
+            return True
+    raise _kept_changing(attempts)
+
+
+def _kept_changing(attempts: int) -> EtcdUnavailable:
+    return EtcdUnavailable(
+        f"the flannel network config in etcd kept changing while this unit wrote it "
+        f"({attempts} tries): another writer wants another config; trying again at the next hook")
 
 
 @dataclass(frozen=True)
@@ -137,18 +152,35 @@ class NetworkStore:
 
     def read_config(self) -> dict[str, Any] | None:
         """The stored network config; None if absent or not a JSON object."""
+        return self.read_config_value()[0]
+
+    def read_config_value(self) -> tuple[dict[str, Any] | None, bytes | None]:
+        """(the stored config as read_config() gives it, the stored bytes or
+        None when the key is absent): what swap_config() compares against."""
         values = self._call(lambda client: client.get(self.config_key))
         if not values:
-            return None
-        return _json_object(values[0])
+            return None, None
+        return _json_object(values[0]), values[0]
 
-    def write_config(self, config: dict[str, Any]) -> bool:
-        """Store config unless an equal one is there; True if it changed."""
-        if self.read_config() == config:
-            return False
+    def swap_config(self, expected: bytes | None, config: dict[str, Any]) -> bool:
+        """Store config only if the key still holds `expected` (None: only if
+        it is absent), in one etcd transaction; False if another writer
+        changed it since it was read."""
         data = json.dumps(config, sort_keys=True).encode()
-        self._call(lambda client: client.put(self.config_key, data))
-        return True
+        if expected is None:
+            return bool(self._call(lambda client: client.create(self.config_key, data)))
+        return bool(self._call(lambda client: client.replace(self.config_key, expected, data)))
+
+    def write_config(self, config: dict[str, Any], attempts: int = WRITE_ATTEMPTS) -> bool:
+        """Store config unless an equal one is there; True if this call
+        changed it (compare-and-swap: see ensure_network_config)."""
+        for _ in range(attempts):
+            current, raw = self.read_config_value()
+            if current == config:
+                return False
+            if self.swap_config(raw, config):
+                return True
+        raise _kept_changing(attempts)
 
     def leases(self) -> list[dict[str, Any]]:
         """The subnet leases flanneld holds (expired ones are gone from etcd).

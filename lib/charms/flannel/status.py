@@ -15,6 +15,7 @@ from charms.flannel.subnet import SubnetEnv
 WAITING_FOR_ETCD = "Waiting for etcd relation."
 NEGOTIATING = "Negotiating flannel network subnet."
 SERIES_UPGRADE = "Series upgrade in progress"
+SERVICE_FAILING = "flannel.service is failing: flanneld exited after start (journalctl -u flannel)"
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Observations:
     etcd_problem: Optional[str] = None  # EtcdUnavailable reason
     network_configured: bool = False
     service_active: bool = False
+    # the charm started flanneld with its current inputs (this hook or an
+    # earlier one): not running now means it exited, not that it is starting
+    service_started: bool = False
     cidr: Optional[ipaddress.IPv4Network] = None  # the network etcd confirmed
     subnet: Optional[SubnetEnv] = None
     cni_problem: Optional[str] = None  # a plugin of the CNI chain missing (cni.chain_problem)
@@ -59,6 +63,8 @@ def assess(seen: Observations) -> Status:
     if not seen.network_configured:
         return Status("waiting", "Waiting to write the flannel network to etcd.")
     if not seen.service_active:
+        if seen.service_started:
+            return Status("waiting", SERVICE_FAILING)
         return Status("waiting", "Waiting for flannel.service to start.")
     if seen.cni_problem:
         # flanneld is fine, but no pod on this node can start.
