@@ -1,10 +1,12 @@
 """python -m sandbox demo --charm DIR [--resource TARBALL]
-python -m sandbox bench --charm DIR [--resource TARBALL] [--json FILE] [--machines 1,4,16]"""
+python -m sandbox bench --charm DIR [--resource TARBALL] [--json FILE] [--machines 1,4,16]
+python -m sandbox faults --charm DIR [--resource TARBALL] [--only TEXT] [--soak]"""
 import sys
 
 from sandbox import bench, demo
+from sandbox.faults import runner as faults
 
-COMMANDS = {"demo": demo.main, "bench": bench.main}
+COMMANDS = {"demo": demo.main, "bench": bench.main, "faults": faults.main}
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [] or sys.argv[1] not in COMMANDS:

@@ -44,6 +44,12 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
+    from functional_kit import FAULT_OUTCOMES
+    if FAULT_OUTCOMES:
+        from sandbox.faults import table
+        terminalreporter.section("fault matrix (sandbox.faults)")
+        for line in table(FAULT_OUTCOMES).splitlines():
+            terminalreporter.write_line(line)
     if not CLUSTER_TIMINGS and not TEST_SECONDS:
         return
     write = terminalreporter.write_line

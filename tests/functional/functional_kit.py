@@ -24,6 +24,10 @@ MISSING_PLUGIN = re.compile(r'failed to find plugin "([^"]+)" in path \[/opt/cni
 
 Plugins = dict[str, Optional[bytes]]
 
+# sandbox.faults.Outcome of every fault row played (test_f11_faults), for the
+# fault table conftest prints in the session summary.
+FAULT_OUTCOMES: list = []
+
 
 def plugin_bytes(cluster: Cluster, machine: str) -> Plugins:
     """The principal's own CNI plugins on `machine` (the reactive worker's

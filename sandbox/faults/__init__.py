@@ -1,0 +1,11 @@
+"""The fault matrix (issue 11): `python -m sandbox faults` and
+tests/functional/test_f11_faults.py play the same registered rows.
+
+core: the bench, the row registry and the checks; the area modules hold the
+rows: etcd_faults (etcd away, wiped, re-keyed), hook_faults (hooks killed,
+disk full, install record damaged), node_faults (flanneld dying, reboot,
+concurrent first configuration)."""
+from sandbox.faults import etcd_faults, hook_faults, node_faults  # noqa: F401  (register rows)
+from sandbox.faults.core import ROWS, FaultBench, Outcome, Row, row, run_row, table
+
+__all__ = ["ROWS", "FaultBench", "Outcome", "Row", "row", "run_row", "table"]

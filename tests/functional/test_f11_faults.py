@@ -1,0 +1,27 @@
+"""The fault matrix (issue 11): every row of sandbox.faults, each on a fresh
+two-machine cluster with pods (the same rows `python -m sandbox faults`
+plays). A row passes when the unit came back by itself, no worker file was
+lost, the install record matches the disk and the pods still talk; the
+table (statuses seen during each fault, recovery times) is printed in the
+session summary."""
+from __future__ import annotations
+
+import pytest
+from functional_kit import FAULT_OUTCOMES
+
+from sandbox.faults import ROWS, FaultBench, table
+
+pytestmark = pytest.mark.functional
+
+MATRIX = [name for name, r in sorted(ROWS.items()) if not r.soak]
+
+
+@pytest.mark.parametrize("name", MATRIX)
+def test_fault_row(name, open_cluster):
+    r = ROWS[name]
+    with open_cluster(f"fault {name}", r.workers) as cluster:
+        outcome = r.play(FaultBench(cluster, say=cluster.say))
+    FAULT_OUTCOMES.append(outcome)
+    cluster.say(table([outcome]))
+    assert outcome.files_lost == 0, outcome.problems
+    assert outcome.problems == []
