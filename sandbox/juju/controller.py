@@ -117,7 +117,13 @@ class Controller(ModelOperations, HookScheduler):
         self._kills[(unit, hook)] = float(seconds)
 
     def pending_kills(self) -> dict[tuple[str, str], float]:
+        """Kills armed whose hook has not started yet."""
         return dict(self._kills)
+
+    def cancel_kills(self) -> dict[tuple[str, str], float]:
+        """Disarm every pending kill; returns what was pending."""
+        pending, self._kills = self._kills, {}
+        return pending
 
     # ======================================================================
     # reading the model

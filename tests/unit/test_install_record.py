@@ -399,3 +399,57 @@ def test_holds_says_whether_the_file_is_still_what_the_charm_wrote(record, bin_d
     assert record.holds(target) is False          # changed under us
     target.unlink()
     assert record.holds(target) is False          # gone
+
+
+# -- a damaged record (issue 11, row 6) ------------------------------------------------
+
+def test_a_truncated_record_is_damaged_not_empty(record, record_dir, bin_dir):
+    """A record cut short proves nothing: it is not read as "the charm owns
+    nothing", which would have the next install keep the charm's own files
+    as originals and remove_all delete nothing it should, or worse."""
+    from charms.flannel.install_record import DamagedRecord, record_problem
+    record.install(bin_dir / "flannel", b"plugin", 0o755)
+    record_file = record_dir / "record.json"
+    text = record_file.read_bytes()
+    record_file.write_bytes(text[:len(text) // 2])
+    with pytest.raises(DamagedRecord) as caught:
+        InstallRecord(record_dir)
+    assert caught.value.path == record_file
+    problem = record_problem(record_dir, expected=True)
+    assert problem.startswith(f"Install record {record_file} is unreadable")
+    assert record_problem(record_dir, expected=False) == problem
+    # nothing was touched by looking
+    assert record_file.read_bytes() == text[:len(text) // 2]
+    assert (bin_dir / "flannel").read_bytes() == b"plugin"
+
+
+@pytest.mark.parametrize("garbage", [b"", b"[]", b'{"files": []}', b'{"files": {"/x": 1}}',
+                                     b"\xff\xfe", b'{"files": {}, "directories": "x"}'])
+def test_a_record_of_the_wrong_shape_is_damaged(record_dir, garbage):
+    from charms.flannel.install_record import DamagedRecord, record_problem
+    record_dir.mkdir(parents=True)
+    (record_dir / "record.json").write_bytes(garbage)
+    with pytest.raises(DamagedRecord):
+        InstallRecord(record_dir)
+    assert "is unreadable" in record_problem(record_dir, expected=False)
+
+
+def test_a_missing_record_is_a_problem_only_after_an_install(record, record_dir, bin_dir):
+    from charms.flannel.install_record import record_problem
+    assert record_problem(record_dir, expected=False) is None  # a fresh unit
+    record.install(bin_dir / "flannel", b"plugin", 0o755)
+    assert record_problem(record_dir, expected=True) is None
+    (record_dir / "record.json").unlink()
+    assert record_problem(record_dir, expected=False) is None
+    assert record_problem(record_dir, expected=True) == \
+        f"Install record {record_dir / 'record.json'} is missing"
+
+
+def test_out_of_space_names_the_file_and_its_size():
+    import errno
+    from charms.flannel.install_record import out_of_space
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert out_of_space(full, "/usr/local/bin/flanneld", 51_925_712) == \
+        "Cannot install /usr/local/bin/flanneld (51.9 MB): No space left on device"
+    assert out_of_space(OSError(errno.EDQUOT, "quota"), "/x", 10).startswith("Cannot install /x")
+    assert out_of_space(OSError(errno.EACCES, "denied"), "/x", 10) is None

@@ -66,3 +66,14 @@ def test_a_broken_cni_chain_is_blocked_with_the_plugin_named():
     problem = 'CNI plugin "bridge" missing from /opt/cni/bin (provided by the principal)'
     status = assess(Observations(**{**HEALTHY, "cni_problem": problem}))
     assert (status.state, status.message) == ("blocked", problem)
+
+
+def test_a_damaged_install_record_blocks_and_names_the_record():
+    problem = "Install record /var/lib/juju/agents/unit-flannel-0/flannel-install-record/" \
+              "record.json is missing"
+    for seen in (Observations(**HEALTHY, record_problem=problem),
+                 Observations(record_problem=problem, series_upgrade=True)):
+        status = assess(seen)
+        assert status.state == "blocked"
+        assert status.message == problem + ": no file is changed; remove and re-add flannel " \
+            "(unproven files stay)"

@@ -15,6 +15,10 @@ installed, and nothing else.
   charm's own, with no original (charms.flannel.adoption).
 - Directories are removed only if the charm created them and they are empty.
 
+- A record that cannot be read (truncated, not JSON, not the record's
+  shape) raises DamagedRecord instead of being taken for an empty one: the
+  charm then writes and deletes nothing through it (record_problem()).
+
 Layout of the record directory (0700; originals may hold keys):
     record.json      {"files": {path: {...}}, "directories": [path, ...]}
     originals/<path> copies of pre-existing files, mirrored by absolute path
@@ -22,6 +26,7 @@ Layout of the record directory (0700; originals may hold keys):
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -44,6 +49,39 @@ class RemovalReport:
     left_changed: list[Path] = field(default_factory=list)  # changed since; left alone
     gone: list[Path] = field(default_factory=list)  # already absent; nothing to do
     directories_removed: list[Path] = field(default_factory=list)
+
+
+class DamagedRecord(ValueError):
+    """The record file exists but cannot be read as a record."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"Install record {path} {reason}")
+
+
+def record_problem(directory: Path | str, expected: bool) -> str | None:
+    """Why the record in `directory` cannot be trusted, or None: it is
+    unreadable, or missing while `expected` (the charm has installed through
+    it). A record that cannot be trusted proves nothing was written by the
+    charm, so nothing may be written or deleted through it."""
+    record_file = Path(directory) / RECORD_FILE
+    try:
+        InstallRecord(directory)
+    except DamagedRecord as damaged:
+        return str(damaged)
+    if expected and not record_file.exists():
+        return f"Install record {record_file} is missing"
+    return None
+
+
+def out_of_space(error: OSError, path: Path | str, size: int) -> str | None:
+    """The blocked status for a file the disk had no room for, or None if
+    `error` is anything else. install() left nothing behind: the temp file
+    of the failed write is removed, and what stood at path is untouched."""
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return f"Cannot install {path} ({size / 1e6:.1f} MB): {os.strerror(error.errno)}"
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -277,11 +315,22 @@ class InstallRecord:
 
     def _load(self) -> None:
         try:
-            raw = json.loads(self._record_file.read_text())
+            text = self._record_file.read_bytes()
         except FileNotFoundError:
             return
-        self._files = dict(raw.get("files", {}))
-        self._directories = list(raw.get("directories", []))
+        try:
+            raw = json.loads(text)
+            files, directories = raw.get("files", {}), raw.get("directories", [])
+            if not isinstance(files, dict) or not isinstance(directories, list) or not all(
+                    isinstance(entry, dict) for entry in files.values()):
+                raise ValueError("not an install record")
+        except (ValueError, AttributeError):
+            # A truncated or garbled record proves nothing: taking it for an
+            # empty one would have the next install start over as if the
+            # charm owned nothing, and keep its own files as "originals".
+            raise DamagedRecord(self._record_file, "is unreadable") from None
+        self._files = dict(files)
+        self._directories = list(directories)
 
     def _save(self) -> None:
         self._make_private_dirs(self.directory)
