@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -99,10 +98,27 @@ def _sha256_file(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+def _temp_path(path: Path) -> Path:
+    """The one temp file a write of path uses: a write killed midway (a
+    SIGKILLed hook) leaves at most this file, which the next write of path
+    replaces and remove_all() deletes."""
+    return path.with_name(f".{path.name}.flannel.tmp")
+
+
+def _drop_temp(path: Path) -> None:
+    try:
+        _temp_path(path).unlink()
+    except FileNotFoundError:
+        pass
+
+
 def _write_atomically(path: Path, data: bytes, mode: int) -> None:
     """Write a temp file beside path, set its mode, fsync, rename over path:
     readers see the old file or the new one, never a partial one."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temp = _temp_path(path)
+    _drop_temp(path)  # what a killed write left
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -148,7 +164,8 @@ class InstallRecord:
         if entry is None:
             entry = {"original": self._keep_original(path)}
             self._files[key] = entry
-        elif current is not None and current not in (entry.get("sha256"), wanted):
+        elif current is not None and current not in (entry.get("sha256"), wanted,
+                                                     entry.get("previous")):
             # Someone put their own file here since the charm wrote it (a
             # principal re-extracting its own `flannel`): that file is theirs,
             # so it becomes the original remove_all() puts back.
@@ -159,6 +176,10 @@ class InstallRecord:
                 entry["mode"] = mode
                 self._save()
             return False
+        if entry.get("sha256") != wanted:
+            # What the charm wrote before stays its own until the new write
+            # lands: a hook killed in between finds it still on disk.
+            entry["previous"] = entry.get("sha256")
         entry.update(sha256=wanted, mode=mode)
         self._save()
         _write_atomically(path, data, mode)
@@ -254,10 +275,12 @@ class InstallRecord:
     # -- internals ------------------------------------------------------------
 
     def _undo_file(self, path: Path, entry: dict[str, Any], report: RemovalReport) -> None:
+        _drop_temp(path)
         if not os.path.lexists(path):
             report.gone.append(path)
             return
-        if _sha256_file(path) != entry.get("sha256"):
+        ours = {entry.get("sha256"), entry.get("previous")} - {None}
+        if _sha256_file(path) not in ours:  # None (no regular file) never is
             report.left_changed.append(path)
             return
         original = entry.get("original")
