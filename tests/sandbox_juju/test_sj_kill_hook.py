@@ -75,7 +75,8 @@ def test_a_killed_hook_fails_and_resolve_reruns_it(cluster):
     assert cluster.read_out("install") == "begun\nbegun\ndone\n"
     assert ctl.unit("flannel/0")["agent"]["status"] == "idle"
     assert ctl.unit("flannel/0")["started"]
-    os.kill(int(cluster.read_out("daemon")), 9)
+    for leftover in ("daemon", "child"):  # the second run's, not killed
+        os.kill(int(cluster.read_out(leftover)), 9)
 
 
 def test_a_hook_that_ends_before_the_kill_is_left_alone(cluster):
@@ -103,3 +104,41 @@ def test_kill_hook_after_refuses_what_it_cannot_kill(cluster):
         ctl.kill_hook_after("etcd/0", "update-status", 1)
     with pytest.raises(ValueError):
         ctl.kill_hook_after("kubernetes-worker/0", "install", -1)
+
+
+@pytest.mark.sandbox
+def test_a_hook_killed_inside_a_sandbox_machine(world, tmp_path):
+    """Through nsenter (MachineExecutor): the hook and its children inside
+    the machine's namespaces die; the unit is in error; resolve re-runs it."""
+    import shutil
+    if os.geteuid() != 0 or shutil.which("nsenter") is None:
+        pytest.skip("needs root and nsenter")
+    from sandbox.juju import EtcdApp, KubernetesWorkerApp
+    from sandbox.machine import Machine
+    from sandbox.network import TestNetwork
+    ctl, out = world.ctl, world.out
+    with TestNetwork() as net, Machine("kh0", net) as m:
+        mid = ctl.add_sandbox_machine(m)
+        ctl.deploy(EtcdApp("https://192.0.2.1:2379", version="3.4.22", address="192.0.2.1"))
+        ctl.deploy(KubernetesWorkerApp(), to=[mid])
+        ctl.deploy("flannel", world.charm())
+        world.script("install", f"""
+            echo begun >> {out}/install
+            sleep 60 & echo $! > {out}/child
+            if [ ! -e {out}/fast ]; then sleep 30; fi
+            echo done >> {out}/install
+        """)
+        ctl.kill_hook_after("flannel/0", "install", 1.0)
+        ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+        ctl.settle()
+        run = ctl.hook_log[-1]
+        assert (run.unit, run.hook, run.exit_code) == ("flannel/0", "install", -9)
+        assert run.duration < 20
+        assert _wait_dead(int(world.read_out("child")))
+        assert ctl.unit("flannel/0")["agent"]["message"] == 'hook failed: "install"'
+        assert m.pids_of("sleep") == []   # nothing of the hook's lives on in the machine
+        (out / "fast").write_text("")
+        ctl.resolve("flannel/0")
+        ctl.settle()
+        assert world.read_out("install") == "begun\nbegun\ndone\n"
+        assert ctl.unit("flannel/0")["agent"]["status"] == "idle"
