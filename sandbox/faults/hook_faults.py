@@ -184,6 +184,8 @@ def _sweep(bench: FaultBench, name: str, hook: str, duration: float, kill_round)
     for n, offsets in enumerate(rounds, 1):
         label = f"round {n} ({'/'.join(f'{o:.2f}s' for o in offsets)})"
         took, hit, found = kill_round(offsets, label)
+        for problem in found:
+            bench.say(f"   PROBLEM {problem}")
         worst = max(worst, took)
         killed += hit
         problems += found
