@@ -173,16 +173,28 @@ def variant_resource(resource: Path, out: Path, tag: bytes) -> Path:
 
 # --- row 4: hooks killed ---------------------------------------------------------------
 
+def _estimate(bench: FaultBench, hook: str) -> float:
+    """The hook's duration now: the median of its last three complete runs
+    (the load on the machine changes; a run measured while two machines
+    installed at once may take several times longer than the next)."""
+    done = [r for r in _hook_runs(bench, 0, hook) if r.exit_code == 0 and r.killed_after is None]
+    return _duration(done[-3:])
+
+
 def _sweep(bench: FaultBench, name: str, hook: str, duration: float, kill_round) -> Outcome:
     """Play kill_round(offsets) for every round; returns the row's outcome
-    (recovery: the worst round's)."""
+    (recovery: the worst round's). The offsets are fractions of the hook's
+    duration, measured again before each round (_estimate)."""
     units = len(bench.cluster.worker_machines())
-    rounds = kill_offsets(duration, units, hook)
-    bench.say(f"   {hook} takes {duration:.2f}s: {len(rounds)} rounds of {units} kills, "
-              f"offsets {', '.join(f'{o:.2f}' for r in rounds for o in r)}s")
+    rounds = kill_offsets(1.0, units, hook) if not os.environ.get(KILL_STEP_ENV) else \
+        [[o / duration for o in r] for r in kill_offsets(duration, units, hook)]
+    bench.say(f"   {hook} takes {duration:.2f}s: {len(rounds)} rounds of {units} kills, at "
+              f"{', '.join(f'{o:.0%}' for r in rounds for o in r)} of its run")
     problems, worst, killed = [], 0.0, []
-    for n, offsets in enumerate(rounds, 1):
-        label = f"round {n} ({'/'.join(f'{o:.2f}s' for o in offsets)})"
+    for n, fractions in enumerate(rounds, 1):
+        now = _estimate(bench, hook)
+        offsets = [f * now for f in fractions]
+        label = f"round {n} ({'/'.join(f'{o:.2f}s' for o in offsets)} of {now:.2f}s)"
         took, hit, found = kill_round(offsets, label)
         for problem in found:
             bench.say(f"   PROBLEM {problem}")
