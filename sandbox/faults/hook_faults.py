@@ -374,7 +374,10 @@ def _record_damaged(bench: FaultBench, name: str, damage) -> Outcome:
                         f"flannel wrote them")
     problems += [f"after removal: {other} (record intact) keeps {x}"
                  for x in _leftovers(bench, other)]
-    stop_log = ctl.unit_log(unit)[log_before:]
+    stop_log = ctl.unit_log(unit)[len(log) + log_before:]
+    if "Traceback" in stop_log:
+        problems.append(f"{unit}: a traceback in its log while being removed: "
+                        f"{stop_log[stop_log.index('Traceback'):][:400]}")
     if "removed no file" not in stop_log:
         problems.append(f"{unit}'s stop did not say (juju-log) that it removed no file")
     stop_status = [c["args"] for c in ctl.tool_calls(unit)
