@@ -173,12 +173,14 @@ def variant_resource(resource: Path, out: Path, tag: bytes) -> Path:
 
 # --- row 4: hooks killed ---------------------------------------------------------------
 
-def _estimate(bench: FaultBench, hook: str) -> float:
+def _estimate(bench: FaultBench, hook: str, unit: str | None = None) -> float:
     """The hook's duration now: the median of its last three complete runs
     (the load on the machine changes; a run measured while two machines
-    installed at once may take several times longer than the next)."""
+    installed at once may take several times longer than the next), on
+    `unit` if it has any (the leader's config-changed does more)."""
     done = [r for r in _hook_runs(bench, 0, hook) if r.exit_code == 0 and r.killed_after is None]
-    return _duration(done[-3:])
+    mine = [r for r in done if r.unit == unit]
+    return _duration((mine or done)[-3:])
 
 
 def _sweep(bench: FaultBench, name: str, hook: str, duration: float, kill_round) -> Outcome:
@@ -213,8 +215,10 @@ def _kill_existing_units(bench: FaultBench, hook: str, trigger):
     def kill_round(offsets, label):
         ctl = bench.ctl
         units = bench.cluster.flannel_units()
+        everyone = _estimate(bench, hook)
         for unit, offset in zip(units, offsets):
-            ctl.kill_hook_after(unit, hook, offset)
+            # the same fraction of this unit's own run
+            ctl.kill_hook_after(unit, hook, offset * _estimate(bench, hook, unit) / everyone)
         since = len(ctl.hook_log)
         trigger()
         bench.cluster.settle()
