@@ -11,6 +11,8 @@ a hook. Flags (docs/design.md has the table):
   flannel.series-upgrade      between pre- and post-series-upgrade
   flannel.stopped             the stop hook ran: nothing may install again
                               (Juju runs remove after stop, with no flags left)
+  flannel.record-damaged      the install record is unreadable, or missing after
+                              an install: nothing is written or removed through it
 """
 import hashlib
 import json
@@ -27,7 +29,7 @@ from charms.reactive import (clear_flag, endpoint_from_flag, endpoint_from_name,
 # render, network and nrpe when their inputs changed.
 from charms.flannel import adoption, cni, daemon, paths, resource
 from charms.flannel.credentials import client_files, write_client_credentials
-from charms.flannel.install_record import InstallRecord
+from charms.flannel.install_record import InstallRecord, out_of_space, record_problem
 from charms.flannel.options import InvalidOption, network_config, parse_options
 from charms.flannel.status import Observations, assess
 from charms.flannel.subnet import read_subnet_env
@@ -40,8 +42,9 @@ CNI_CONFIGURED = "flannel.cni.configured"
 SERIES_UPGRADE = "flannel.series-upgrade"
 STOPPED = "flannel.stopped"
 NRPE_CONFIGURED = "flannel.nrpe.configured"
+RECORD_DAMAGED = "flannel.record-damaged"
 OWN_FLAGS = (INSTALLED, NETWORK_CONFIGURED, SERVICE_RUNNING, CNI_CONFIGURED,
-             SERIES_UPGRADE, NRPE_CONFIGURED)
+             SERIES_UPGRADE, NRPE_CONFIGURED, RECORD_DAMAGED)
 
 # Problems found by one handler, shown by the status assessment at hook end.
 # Kept in unitdata so a hook that skips a handler still reports its problem.
@@ -149,7 +152,7 @@ def fresh_install():
     clear_flag(STOPPED)
 
 
-@when_not(INSTALLED, SERIES_UPGRADE, STOPPED)
+@when_not(INSTALLED, SERIES_UPGRADE, STOPPED, RECORD_DAMAGED)
 def install_flannel():
     try:
         name = resource.resource_name()
@@ -158,8 +161,17 @@ def install_flannel():
         _problem("resource", str(problem))
         return
     record = _record()
-    record.install(paths.FLANNELD, files["flanneld"], 0o755)
-    record.install(paths.CNI_PLUGIN, files["cni-plugin/flannel"], 0o755)
+    for path, member in ((paths.FLANNELD, "flanneld"), (paths.CNI_PLUGIN, "cni-plugin/flannel")):
+        try:
+            record.install(path, files[member], 0o755)
+        except OSError as error:
+            # A full disk is the operator's to fix: blocked, and any later
+            # hook (update-status at worst) installs once there is room.
+            full = out_of_space(error, path, len(files[member]))
+            if full is None:
+                raise
+            _problem("resource", full)
+            return
     _problem("resource", None)
     version = daemon.flanneld_version(paths.FLANNELD)
     if version:
@@ -172,6 +184,8 @@ def install_flannel():
 def reinstall_on_upgrade():
     # The resource may be new: install again through the same record; the
     # service restarts only if flanneld's inputs changed.
+    if is_flag_set(RECORD_DAMAGED):
+        return  # INSTALLED stays: it is what tells a missing record from a fresh unit
     take_over_from_previous_charm()
     clear_flag(INSTALLED)
 
@@ -196,7 +210,7 @@ def take_over_from_previous_charm():
 
 
 @when(INSTALLED, "etcd.available", "etcd.tls.available")
-@when_not(NETWORK_CONFIGURED, SERIES_UPGRADE)
+@when_not(NETWORK_CONFIGURED, SERIES_UPGRADE, RECORD_DAMAGED)
 def configure_network():
     options = _options()
     if options is None:
@@ -290,7 +304,7 @@ def forget_network():
 
 
 @when(INSTALLED, NETWORK_CONFIGURED, "etcd.available")
-@when_not(SERVICE_RUNNING, SERIES_UPGRADE)
+@when_not(SERVICE_RUNNING, SERIES_UPGRADE, RECORD_DAMAGED)
 def run_flanneld():
     options = _options()
     if options is None:
@@ -355,7 +369,7 @@ def _install_unit_file(record: InstallRecord, options, etcd) -> None:
 
 
 @when(INSTALLED, SERVICE_RUNNING, "endpoint.cni.joined")
-@when_not(CNI_CONFIGURED, SERIES_UPGRADE)
+@when_not(CNI_CONFIGURED, SERIES_UPGRADE, RECORD_DAMAGED)
 def configure_cni():
     if _options() is None:
         return
@@ -383,10 +397,20 @@ def remove_flannel():
     _release_lease()
     daemon.delete_vxlan_links()
     _remove_nrpe_check()
-    report = _record().remove_all(keep_directories=paths.RUNTIME_DIRECTORIES)
-    for path in report.left_changed:
-        hookenv.log("Left {}: it changed since flannel installed it".format(path),
-                    level=hookenv.WARNING)
+    damaged = unitdata.kv().get(PROBLEM_KEY + "record")  # watch_inputs, this hook
+    left = []
+    if damaged:
+        # Without a record nothing proves which files flannel wrote (an older
+        # worker ships its own /opt/cni/bin/flannel): delete none of them.
+        left = [str(p) for p in paths.WRITTEN_FILES if os.path.lexists(str(p))]
+        if left:
+            hookenv.log("{}: removed no file, since flannel cannot prove it wrote them; "
+                        "left {}".format(damaged, ", ".join(left)), level=hookenv.WARNING)
+    else:
+        report = _record().remove_all(keep_directories=paths.RUNTIME_DIRECTORIES)
+        for path in report.left_changed:
+            hookenv.log("Left {}: it changed since flannel installed it".format(path),
+                        level=hookenv.WARNING)
     # flanneld's lease file would make a later plugin hand out stale addresses.
     if paths.SUBNET_ENV.exists():
         paths.SUBNET_ENV.unlink()
@@ -399,7 +423,11 @@ def remove_flannel():
                 BINDING_KEY, STATUS_KEY, CONFIG_KEY, NETWORK_NAME_KEY, ETCD_ANSWERED_KEY):
         kv.unset(key)
     set_flag(STOPPED)
-    hookenv.status_set("maintenance", "Flannel removed.")
+    if left:
+        hookenv.status_set("blocked", "Flannel stopped; {}: left {}".format(
+            damaged, ", ".join(left)))
+    else:
+        hookenv.status_set("maintenance", "Flannel removed.")
 
 
 def _release_lease() -> None:
@@ -536,11 +564,30 @@ def _nrpe_inputs(nagios) -> str:
                    config.get("nagios_context"), config.get("nagios_servicegroups"))
 
 
+def check_record():
+    """The install record's problem (unreadable, or missing although this
+    charm installed through it), or None. While there is one, RECORD_DAMAGED
+    keeps every handler that writes through the record from running and
+    stop deletes nothing: the unit is blocked, flanneld and the pods carry on."""
+    problem = record_problem(paths.install_record_dir(hookenv.charm_dir()),
+                             expected=is_flag_set(INSTALLED))
+    _problem("record", problem)
+    if problem:
+        if not is_flag_set(RECORD_DAMAGED):
+            hookenv.log("{}: flannel writes and removes no file until it is "
+                        "back".format(problem), level=hookenv.WARNING)
+        set_flag(RECORD_DAMAGED)
+    elif is_flag_set(RECORD_DAMAGED):
+        hookenv.log("The install record is readable again")
+        clear_flag(RECORD_DAMAGED)
+    return problem
+
+
 def watch_inputs():
     """Before any handler: clear the flag of each step whose inputs changed
     since it acted (or whose result is gone), so that the step runs again
     in this hook, and an idle hook invokes no handler at all."""
-    if is_flag_set(STOPPED) or is_flag_set(SERIES_UPGRADE):
+    if check_record() or is_flag_set(STOPPED) or is_flag_set(SERIES_UPGRADE):
         return
     options = _options()
     if options is None:
@@ -583,6 +630,7 @@ def assess_status():
     confirmed = kv.get(NETWORK_KEY)
     running = is_flag_set(SERVICE_RUNNING)
     status = assess(Observations(
+        record_problem=kv.get(PROBLEM_KEY + "record"),
         series_upgrade=is_flag_set(SERIES_UPGRADE),
         resource_problem=kv.get(PROBLEM_KEY + "resource"),
         installed=is_flag_set(INSTALLED),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -80,6 +81,7 @@ class HookRun:
     stdout_tail: str = ""
     stderr_tail: str = ""
     started_at: float = 0.0
+    killed_after: float | None = None  # SIGKILLed this many seconds in (kill_after)
 
     @property
     def ok(self) -> bool:
@@ -255,23 +257,32 @@ class UnitAgent:
         return env
 
     def run_hook(self, executor, data: dict, unit: dict, hook: str, context_id: str,
-                 rel_env: dict, seq: int, machine: dict | None = None) -> HookRun:
+                 rel_env: dict, seq: int, machine: dict | None = None,
+                 kill_after: float | None = None) -> HookRun:
+        """Run one hook; with kill_after, SIGKILL its whole process group
+        that many seconds after it started (as a machine dying mid-hook
+        would; daemons it started in sessions of their own live on)."""
         env = self.hook_env(data, unit, hook, context_id, rel_env, machine)
         safe = context_id.replace("/", "-")
         out = os.path.join(self.run_dir, safe + ".out")
         err = os.path.join(self.run_dir, safe + ".err")
+        argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], hook, out, err]
         started = time.time()
         t0 = time.monotonic()
-        try:
-            cp = executor.run(["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], hook,
-                               out, err], env=env, timeout=self.timeout)
-            rc = cp.returncode
-            wrapper_out = cp.stdout or b""
-            wrapper_err = cp.stderr or b""
-        except subprocess.TimeoutExpired:
-            rc = -9
-            wrapper_out = b""
-            wrapper_err = f"hook timed out after {self.timeout}s".encode()
+        killed_after = None
+        if kill_after is not None:
+            rc, wrapper_out, wrapper_err, killed_after = self._run_killed(
+                executor, argv, env, kill_after, t0)
+        else:
+            try:
+                cp = executor.run(argv, env=env, timeout=self.timeout)
+                rc = cp.returncode
+                wrapper_out = cp.stdout or b""
+                wrapper_err = cp.stderr or b""
+            except subprocess.TimeoutExpired:
+                rc = -9
+                wrapper_out = b""
+                wrapper_err = f"hook timed out after {self.timeout}s".encode()
         duration = time.monotonic() - t0
         stdout = _read_and_remove(out)
         stderr = _read_and_remove(err) + wrapper_err
@@ -280,7 +291,8 @@ class UnitAgent:
                       remote_unit=rel_env.get("JUJU_REMOTE_UNIT") or None,
                       remote_app=rel_env.get("JUJU_REMOTE_APP") or None,
                       departing_unit=rel_env.get("JUJU_DEPARTING_UNIT") or None,
-                      stdout_tail=tail(stdout), stderr_tail=tail(stderr), started_at=started)
+                      stdout_tail=tail(stdout), stderr_tail=tail(stderr), started_at=started,
+                      killed_after=killed_after)
         if NO_CHARM_MARK in wrapper_out:
             run.exit_code = 1
             missing = f"charm directory {unit['charm-dir']} is missing\n".encode()
@@ -290,6 +302,33 @@ class UnitAgent:
             run.skipped = True
         self._log_output(unit, hook, stdout, stderr, run)
         return run
+
+    def _run_killed(self, executor, argv, env, kill_after: float, t0: float):
+        """Start the hook in a process group of its own, SIGKILL the group
+        kill_after seconds after t0 (unless it ended before). Returns
+        (exit code, wrapper stdout, wrapper stderr, seconds when killed or None)."""
+        if not hasattr(executor, "popen"):
+            raise TypeError(f"{executor!r} cannot run a hook to kill it (no popen)")
+        proc = executor.popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+        killed_after = None
+        try:
+            wait = max(0.0, kill_after - (time.monotonic() - t0))
+            out, err = proc.communicate(timeout=min(wait, self.timeout))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed_after = time.monotonic() - t0
+            out, err = proc.communicate()
+            if kill_after > self.timeout:
+                killed_after = None
+                err = (err or b"") + f"hook timed out after {self.timeout}s".encode()
+            else:
+                err = (err or b"") + (f"sandbox: hook killed (SIGKILL to its process group) "
+                                      f"after {killed_after:.3f}s\n").encode()
+        return proc.returncode, out or b"", err or b"", killed_after
 
     def _log_output(self, unit, hook, stdout: bytes, stderr: bytes, run: HookRun) -> None:
         path = unit.get("log-file")

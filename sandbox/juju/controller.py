@@ -46,7 +46,7 @@ import uuid
 from . import model as _model
 from .agent import HookRun, ToolsInstaller, UnitAgent, default_python
 from .executors import DEFAULT_TIMEOUT
-from .model import Model
+from .model import Model, ModelError
 from .operations import (ModelOperations, coerce_config, endpoints_from_metadata,  # noqa: F401
                          split_endpoint)
 from .scheduler import HookScheduler, SettleError, apply_changes  # noqa: F401
@@ -95,6 +95,35 @@ class Controller(ModelOperations, HookScheduler):
         self._seq = itertools.count(1)
         self._manifests: dict[str, list[str]] = {}
         self._machines_with_tools: set[str] = set()
+        self._kills: dict[tuple[str, str], float] = {}  # kill_hook_after()
+
+    # ======================================================================
+    # faults
+    # ======================================================================
+    def kill_hook_after(self, unit: str, hook: str, seconds: float) -> None:
+        """The next `hook` of `unit` is SIGKILLed (its whole process group,
+        as a machine dying mid-hook would leave it) `seconds` after it
+        started; used once. The killed hook fails like any failed hook (the
+        unit in error, `hook failed: "<hook>"`) and resolve() re-runs it.
+        If the hook ends sooner, nothing is killed (HookRun.killed_after is
+        None) and the kill is used up all the same. The unit need not exist
+        yet (a subordinate's install: units appear while settling)."""
+        if seconds < 0:
+            raise ValueError("seconds must be >= 0")
+        if "/" not in unit:
+            raise ModelError(f'"{unit}" is not a unit name')
+        if self.model().app(unit.split("/", 1)[0])["kind"] == "emulated":  # or ModelError
+            raise ValueError(f"{unit} is emulated: it runs no hook process to kill")
+        self._kills[(unit, hook)] = float(seconds)
+
+    def pending_kills(self) -> dict[tuple[str, str], float]:
+        """Kills armed whose hook has not started yet."""
+        return dict(self._kills)
+
+    def cancel_kills(self) -> dict[tuple[str, str], float]:
+        """Disarm every pending kill; returns what was pending."""
+        pending, self._kills = self._kills, {}
+        return pending
 
     # ======================================================================
     # reading the model

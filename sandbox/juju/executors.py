@@ -3,6 +3,8 @@
 Every executor has one small protocol::
 
     run(argv, env=None, cwd=None, timeout=None, input=None) -> subprocess.CompletedProcess
+    popen(argv, env=None, **popen_kwargs) -> subprocess.Popen   # the same command, not waited
+                                 # for (the agent's kill_after: a hook killed mid-run)
     machine_path(path) -> str    # how a path of the machine (/var/lib/juju/..., /opt/cni/bin)
                                  # must be spelled in argv given to run()
     host_path(path) -> str | None   # the same file seen from the host, if it can be
@@ -74,6 +76,9 @@ class LocalExecutor:
                               capture_output=True, timeout=timeout or DEFAULT_TIMEOUT,
                               check=False)
 
+    def popen(self, argv, env=None, **kwargs):
+        return subprocess.Popen(list(argv), env=env, **kwargs)
+
     def __repr__(self):
         return f"LocalExecutor({self.root!r})"
 
@@ -121,13 +126,19 @@ class UnshareExecutor:
                 return src + path[len(dst):]
         return path
 
-    def run(self, argv, env=None, cwd=None, timeout=None, input=None):
+    def _full(self, argv, cwd=None):
         pairs = [x for b in self.binds for x in b]
-        full = ["unshare", "--mount", "--propagation", "private", "--",
+        return ["unshare", "--mount", "--propagation", "private", "--",
                 "/bin/sh", "-c", self.MOUNT_SCRIPT, "sh", *pairs, "--",
                 *_with_cwd(argv, cwd)]
-        return subprocess.run(full, env=env, input=input, capture_output=True,
-                              timeout=timeout or DEFAULT_TIMEOUT, check=False)
+
+    def run(self, argv, env=None, cwd=None, timeout=None, input=None):
+        return subprocess.run(self._full(argv, cwd), env=env, input=input,
+                              capture_output=True, timeout=timeout or DEFAULT_TIMEOUT,
+                              check=False)
+
+    def popen(self, argv, env=None, **kwargs):
+        return subprocess.Popen(self._full(argv), env=env, **kwargs)
 
     def __repr__(self):
         return f"UnshareExecutor({self.root!r})"
@@ -175,6 +186,9 @@ class MachineExecutor:
         if isinstance(err, str):
             err = err.encode()
         return subprocess.CompletedProcess(cp.args, cp.returncode, out, err)
+
+    def popen(self, argv, env=None, **kwargs):
+        return self.machine.popen(list(argv), env=env, **kwargs)
 
     def __repr__(self):
         return f"MachineExecutor({self.machine!r})"

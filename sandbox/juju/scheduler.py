@@ -322,6 +322,8 @@ class HookScheduler:
                     "rel_env": rel_env,
                     "seq": next(self._seq), "lane": self._lane(data, unit),
                     "emulated": app["kind"] == "emulated",
+                    "kill_after": self._kills.pop((unit, hook), None)
+                    if app["kind"] != "emulated" else None,
                     "executor": self.executors.get(str(rec.get("machine"))),
                     "model": {"model": dict(data["model"])}, "record": dict(rec),
                     "machine": dict(machine) if machine else None,
@@ -332,7 +334,8 @@ class HookScheduler:
         if job["emulated"]:
             return self._run_emulated(job)
         return self.agent.run_hook(job["executor"], job["model"], job["record"], job["hook"],
-                                   job["context"], job["rel_env"], job["seq"], job["machine"])
+                                   job["context"], job["rel_env"], job["seq"], job["machine"],
+                                   kill_after=job.get("kill_after"))
 
     def _finish_hook(self, entry: dict, job: dict, run: HookRun) -> None:
         """Close the hook's context: commit its writes (or put the unit in

@@ -399,3 +399,139 @@ def test_holds_says_whether_the_file_is_still_what_the_charm_wrote(record, bin_d
     assert record.holds(target) is False          # changed under us
     target.unlink()
     assert record.holds(target) is False          # gone
+
+
+# -- a damaged record (issue 11, row 6) ------------------------------------------------
+
+def test_a_truncated_record_is_damaged_not_empty(record, record_dir, bin_dir):
+    """A record cut short proves nothing: it is not read as "the charm owns
+    nothing", which would have the next install keep the charm's own files
+    as originals and remove_all delete nothing it should, or worse."""
+    from charms.flannel.install_record import DamagedRecord, record_problem
+    record.install(bin_dir / "flannel", b"plugin", 0o755)
+    record_file = record_dir / "record.json"
+    text = record_file.read_bytes()
+    record_file.write_bytes(text[:len(text) // 2])
+    with pytest.raises(DamagedRecord) as caught:
+        InstallRecord(record_dir)
+    assert caught.value.path == record_file
+    problem = record_problem(record_dir, expected=True)
+    assert problem.startswith(f"Install record {record_file} is unreadable")
+    assert record_problem(record_dir, expected=False) == problem
+    # nothing was touched by looking
+    assert record_file.read_bytes() == text[:len(text) // 2]
+    assert (bin_dir / "flannel").read_bytes() == b"plugin"
+
+
+@pytest.mark.parametrize("garbage", [b"", b"[]", b'{"files": []}', b'{"files": {"/x": 1}}',
+                                     b"\xff\xfe", b'{"files": {}, "directories": "x"}'])
+def test_a_record_of_the_wrong_shape_is_damaged(record_dir, garbage):
+    from charms.flannel.install_record import DamagedRecord, record_problem
+    record_dir.mkdir(parents=True)
+    (record_dir / "record.json").write_bytes(garbage)
+    with pytest.raises(DamagedRecord):
+        InstallRecord(record_dir)
+    assert "is unreadable" in record_problem(record_dir, expected=False)
+
+
+def test_a_missing_record_is_a_problem_only_after_an_install(record, record_dir, bin_dir):
+    from charms.flannel.install_record import record_problem
+    assert record_problem(record_dir, expected=False) is None  # a fresh unit
+    record.install(bin_dir / "flannel", b"plugin", 0o755)
+    assert record_problem(record_dir, expected=True) is None
+    (record_dir / "record.json").unlink()
+    assert record_problem(record_dir, expected=False) is None
+    assert record_problem(record_dir, expected=True) == \
+        f"Install record {record_dir / 'record.json'} is missing"
+
+
+def test_out_of_space_names_the_file_and_its_size():
+    import errno
+    from charms.flannel.install_record import out_of_space
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert out_of_space(full, "/usr/local/bin/flanneld", 51_925_712) == \
+        "Cannot install /usr/local/bin/flanneld (51.9 MB): No space left on device"
+    assert out_of_space(OSError(errno.EDQUOT, "quota"), "/x", 10).startswith("Cannot install /x")
+    assert out_of_space(OSError(errno.EACCES, "denied"), "/x", 10) is None
+
+
+# -- a write that died (issue 11, row 4: hooks SIGKILLed) -----------------------------------
+# A child process writes through the record under RLIMIT_FSIZE: with SIGXFSZ at
+# its default action the kernel kills it mid-write (as a SIGKILL would: no
+# cleanup runs); with SIGXFSZ ignored the write fails (EFBIG) after the record
+# was saved, which is the state a kill between the save and the rename leaves.
+
+DIED_WRITING = r"""
+import resource, signal, sys
+sys.path.insert(0, sys.argv[1])
+from charms.flannel.install_record import InstallRecord
+record_dir, target, size, limit = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+die = sys.argv[6] == "die"
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL if die else signal.SIG_IGN)
+record = InstallRecord(record_dir)
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+record.install(target, b"v2" * (size // 2), 0o755)
+"""
+
+
+def _write_that_dies(record_dir, target, *, die: bool):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+    lib = str(Path(__file__).resolve().parents[2] / "lib")
+    run = subprocess.run([sys.executable, "-c", DIED_WRITING, lib, str(record_dir), str(target),
+                          str(4 << 20), str(1 << 20), "die" if die else "fail"],
+                         capture_output=True, text=True)
+    if die:
+        assert run.returncode == -signal.SIGXFSZ, run.stderr
+    else:
+        assert run.returncode == 1 and "OSError" in run.stderr, run.stderr
+
+
+def test_a_write_killed_midway_leaves_no_temp_file_after_the_retry(record_dir, bin_dir):
+    target = bin_dir / "flanneld"
+    InstallRecord(record_dir).install(target, b"v1", 0o755)
+    _write_that_dies(record_dir, target, die=True)
+    assert target.read_bytes() == b"v1"          # the rename never happened
+    assert leftovers(bin_dir)                     # the dead write's partial temp file
+    retry = InstallRecord(record_dir)
+    assert retry.install(target, b"v2" * (2 << 20), 0o755) is True
+    assert leftovers(bin_dir) == []
+    assert target.read_bytes() == b"v2" * (2 << 20)
+
+
+def test_stop_after_a_killed_write_leaves_no_temp_file(record_dir, bin_dir):
+    target = bin_dir / "flanneld"
+    InstallRecord(record_dir).install(target, b"v1", 0o755)
+    _write_that_dies(record_dir, target, die=True)
+    InstallRecord(record_dir).remove_all()
+    assert list(bin_dir.iterdir()) == []
+
+
+def test_a_retried_upgrade_keeps_no_original_of_the_charms_own_file(record_dir, bin_dir):
+    """The record says v2 while v1 (the charm's own) is still on disk: the
+    retry must not keep v1 as someone else's original, or stop would put
+    the old flanneld back instead of removing it."""
+    target = bin_dir / "flanneld"
+    InstallRecord(record_dir).install(target, b"v1", 0o755)
+    _write_that_dies(record_dir, target, die=False)
+    assert target.read_bytes() == b"v1"
+    retry = InstallRecord(record_dir)
+    retry.install(target, b"v2" * (2 << 20), 0o755)
+    report = retry.remove_all()
+    assert report.removed == [target] and report.restored == []
+    assert list(bin_dir.iterdir()) == []
+
+
+def test_stop_after_an_upgrade_that_never_landed_removes_the_charms_own_file(
+        record_dir, bin_dir):
+    """`juju resolve --no-retry`, then removal: the file on disk is the
+    charm's previous write, still its own."""
+    target = bin_dir / "flanneld"
+    InstallRecord(record_dir).install(target, b"v1", 0o755)
+    _write_that_dies(record_dir, target, die=False)
+    report = InstallRecord(record_dir).remove_all()
+    assert report.removed == [target] and report.left_changed == []
+    assert list(bin_dir.iterdir()) == []

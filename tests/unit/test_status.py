@@ -78,3 +78,14 @@ def test_a_flanneld_that_exited_after_its_start_is_failing_not_starting():
     assert "journalctl -u flannel" in failing.message
     starting = assess(Observations(**{**HEALTHY, "service_active": False}))
     assert starting.message == "Waiting for flannel.service to start."
+
+
+def test_a_damaged_install_record_blocks_and_names_the_record():
+    problem = "Install record /var/lib/juju/agents/unit-flannel-0/flannel-install-record/" \
+              "record.json is missing"
+    for seen in (Observations(**HEALTHY, record_problem=problem),
+                 Observations(record_problem=problem, series_upgrade=True)):
+        status = assess(seen)
+        assert status.state == "blocked"
+        assert status.message == problem + ": no file is changed; remove and re-add flannel " \
+            "(unproven files stay)"

@@ -15,6 +15,10 @@ installed, and nothing else.
   charm's own, with no original (charms.flannel.adoption).
 - Directories are removed only if the charm created them and they are empty.
 
+- A record that cannot be read (truncated, not JSON, not the record's
+  shape) raises DamagedRecord instead of being taken for an empty one: the
+  charm then writes and deletes nothing through it (record_problem()).
+
 Layout of the record directory (0700; originals may hold keys):
     record.json      {"files": {path: {...}}, "directories": [path, ...]}
     originals/<path> copies of pre-existing files, mirrored by absolute path
@@ -22,12 +26,12 @@ Layout of the record directory (0700; originals may hold keys):
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -46,6 +50,39 @@ class RemovalReport:
     directories_removed: list[Path] = field(default_factory=list)
 
 
+class DamagedRecord(ValueError):
+    """The record file exists but cannot be read as a record."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"Install record {path} {reason}")
+
+
+def record_problem(directory: Path | str, expected: bool) -> str | None:
+    """Why the record in `directory` cannot be trusted, or None: it is
+    unreadable, or missing while `expected` (the charm has installed through
+    it). A record that cannot be trusted proves nothing was written by the
+    charm, so nothing may be written or deleted through it."""
+    record_file = Path(directory) / RECORD_FILE
+    try:
+        InstallRecord(directory)
+    except DamagedRecord as damaged:
+        return str(damaged)
+    if expected and not record_file.exists():
+        return f"Install record {record_file} is missing"
+    return None
+
+
+def out_of_space(error: OSError, path: Path | str, size: int) -> str | None:
+    """The blocked status for a file the disk had no room for, or None if
+    `error` is anything else. install() left nothing behind: the temp file
+    of the failed write is removed, and what stood at path is untouched."""
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return f"Cannot install {path} ({size / 1e6:.1f} MB): {os.strerror(error.errno)}"
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -61,10 +98,27 @@ def _sha256_file(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+def _temp_path(path: Path) -> Path:
+    """The one temp file a write of path uses: a write killed midway (a
+    SIGKILLed hook) leaves at most this file, which the next write of path
+    replaces and remove_all() deletes."""
+    return path.with_name(f".{path.name}.flannel.tmp")
+
+
+def _drop_temp(path: Path) -> None:
+    try:
+        _temp_path(path).unlink()
+    except FileNotFoundError:
+        pass
+
+
 def _write_atomically(path: Path, data: bytes, mode: int) -> None:
     """Write a temp file beside path, set its mode, fsync, rename over path:
     readers see the old file or the new one, never a partial one."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    temp = _temp_path(path)
+    _drop_temp(path)  # what a killed write left
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -110,7 +164,8 @@ class InstallRecord:
         if entry is None:
             entry = {"original": self._keep_original(path)}
             self._files[key] = entry
-        elif current is not None and current not in (entry.get("sha256"), wanted):
+        elif current is not None and current not in (entry.get("sha256"), wanted,
+                                                     entry.get("previous")):
             # Someone put their own file here since the charm wrote it (a
             # principal re-extracting its own `flannel`): that file is theirs,
             # so it becomes the original remove_all() puts back.
@@ -121,6 +176,10 @@ class InstallRecord:
                 entry["mode"] = mode
                 self._save()
             return False
+        if entry.get("sha256") != wanted:
+            # What the charm wrote before stays its own until the new write
+            # lands: a hook killed in between finds it still on disk.
+            entry["previous"] = entry.get("sha256")
         entry.update(sha256=wanted, mode=mode)
         self._save()
         _write_atomically(path, data, mode)
@@ -216,10 +275,12 @@ class InstallRecord:
     # -- internals ------------------------------------------------------------
 
     def _undo_file(self, path: Path, entry: dict[str, Any], report: RemovalReport) -> None:
+        _drop_temp(path)
         if not os.path.lexists(path):
             report.gone.append(path)
             return
-        if _sha256_file(path) != entry.get("sha256"):
+        ours = {entry.get("sha256"), entry.get("previous")} - {None}
+        if _sha256_file(path) not in ours:  # None (no regular file) never is
             report.left_changed.append(path)
             return
         original = entry.get("original")
@@ -277,11 +338,22 @@ class InstallRecord:
 
     def _load(self) -> None:
         try:
-            raw = json.loads(self._record_file.read_text())
+            text = self._record_file.read_bytes()
         except FileNotFoundError:
             return
-        self._files = dict(raw.get("files", {}))
-        self._directories = list(raw.get("directories", []))
+        try:
+            raw = json.loads(text)
+            files, directories = raw.get("files", {}), raw.get("directories", [])
+            if not isinstance(files, dict) or not isinstance(directories, list) or not all(
+                    isinstance(entry, dict) for entry in files.values()):
+                raise ValueError("not an install record")
+        except (ValueError, AttributeError):
+            # A truncated or garbled record proves nothing: taking it for an
+            # empty one would have the next install start over as if the
+            # charm owned nothing, and keep its own files as "originals".
+            raise DamagedRecord(self._record_file, "is unreadable") from None
+        self._files = dict(files)
+        self._directories = list(directories)
 
     def _save(self) -> None:
         self._make_private_dirs(self.directory)

@@ -33,6 +33,10 @@ CNI_CONF_NAME = "10-flannel.conflist"
 CNI_CONF = CNI_CONFLIST = CNI_CONF_DIR / CNI_CONF_NAME
 CNI_CONF_MODE = 0o644
 
+# Every file the charm writes (through its install record): what a stop that
+# cannot trust its record names as left in place.
+WRITTEN_FILES = (FLANNELD, CNI_PLUGIN, ETCD_CA, ETCD_CERT, ETCD_KEY, SERVICE_FILE, CNI_CONFLIST)
+
 # Directories the container runtime owns and watches, kept on stop even if the
 # charm created them: containerd watches conf_dir with inotify and loses the
 # watch when it is removed, so a conflist written there later is never loaded

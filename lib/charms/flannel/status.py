@@ -16,6 +16,7 @@ WAITING_FOR_ETCD = "Waiting for etcd relation."
 NEGOTIATING = "Negotiating flannel network subnet."
 SERIES_UPGRADE = "Series upgrade in progress"
 SERVICE_FAILING = "flannel.service is failing: flanneld exited after start (journalctl -u flannel)"
+RECORD_ADVICE = "no file is changed; remove and re-add flannel (unproven files stay)"
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Observations:
     """Everything `assess` needs, gathered by the handlers of one hook."""
 
     series_upgrade: bool = False
+    record_problem: Optional[str] = None  # install_record.record_problem text
     resource_problem: Optional[str] = None  # ResourceProblem text
     installed: bool = False
     config_problem: Optional[str] = None  # InvalidOption text
@@ -46,6 +48,10 @@ class Observations:
 
 
 def assess(seen: Observations) -> Status:
+    if seen.record_problem:
+        # Nothing is written or removed until the operator acts: flanneld and
+        # the pods carry on as they are.
+        return Status("blocked", f"{seen.record_problem}: {RECORD_ADVICE}")
     if seen.series_upgrade:
         return Status("blocked", SERIES_UPGRADE)
     if seen.resource_problem:
