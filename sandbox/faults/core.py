@@ -255,14 +255,21 @@ class FaultBench:
                 problems.append(f"{unit}: {ETCD_KEY} has mode {oct(mode)} (not root-only)")
         return problems
 
-    def pod_problems(self) -> list[str]:
+    def old_pods_problems(self, during: str = "") -> list[str]:
+        """The pods of snapshot() that no longer reach each other across machines."""
         problems = []
         pods = list(self.pods.items())
         for machine, pod in pods:
             for other, peer in pods:
                 if other != machine and ping_from_netns(pod.netns, peer.address, count=3) == 0:
+                    where = f"on {other} {during}".rstrip()
                     problems.append(f"pod {pod.name} on {machine} cannot reach pod {peer.name} "
-                                    f"({peer.address}) on {other}")
+                                    f"({peer.address}) {where}")
+        return problems
+
+    def pod_problems(self) -> list[str]:
+        problems = self.old_pods_problems()
+        pods = list(self.pods.items())
         for machine in self.cluster.worker_machines():
             pod, error = self.cluster.try_pod(machine)
             if pod is None:

@@ -21,7 +21,6 @@ import time
 from sandbox.cluster import CNI_RELATION, ETCD, ETCD_RELATION, FLANNEL, NETWORK_PREFIX, SUBNET_ENV
 from sandbox.etcd import EtcdCluster
 from sandbox.faults.core import FaultBench, Outcome, row
-from sandbox.network import ping_from_netns
 from sandbox.network import run as run_command
 from sandbox.pki import make_pki
 
@@ -85,14 +84,7 @@ def subnets(bench: FaultBench) -> dict[str, str]:
 
 def pods_ping(bench: FaultBench, during: str) -> list[str]:
     """The pods made before the fault reach each other across machines."""
-    problems = []
-    pods = list(bench.pods.items())
-    for machine, pod in pods:
-        for other, peer in pods:
-            if other != machine and ping_from_netns(pod.netns, peer.address, count=3) == 0:
-                problems.append(f"pod {pod.name} on {machine} cannot reach {peer.address} "
-                                f"on {other} {during}")
-    return problems
+    return bench.old_pods_problems(during)
 
 
 def leases_kept(before: dict[str, str], bench: FaultBench, during: str) -> list[str]:
