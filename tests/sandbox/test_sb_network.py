@@ -51,6 +51,12 @@ def test_destroy_leaves_nothing(sandbox_host):
     net = TestNetwork().create()
     net.attach("m1", kind="machine")
     sleeper = subprocess.Popen(["nsenter", f"--net=/run/netns/{net.prefix}m1", "sleep", "300"])
+    # destroy() kills what is in the namespace when it looks; wait until the
+    # sleeper is in it, or a slow nsenter joins after the scan and outlives it.
+    deadline = time.monotonic() + 10
+    while sleeper.pid not in netmod.netns_pids(f"{net.prefix}m1"):
+        assert time.monotonic() < deadline, "nsenter never joined the namespace"
+        time.sleep(0.02)
     net.destroy()
     assert sleeper.wait(timeout=10) == -signal.SIGTERM
     # (only our own names: other runs may make and remove theirs meanwhile)
