@@ -535,3 +535,55 @@ def test_stop_after_an_upgrade_that_never_landed_removes_the_charms_own_file(
     report = InstallRecord(record_dir).remove_all()
     assert report.removed == [target] and report.left_changed == []
     assert list(bin_dir.iterdir()) == []
+
+
+# A hook SIGKILLed while the record makes a directory: right after mkdir, or
+# right after the record was saved and before mkdir.
+KILLED_MAKING_A_DIRECTORY = r"""
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from charms.flannel import install_record
+record_dir, target, when = sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+real_mkdir = Path.mkdir
+def mkdir_then_die(self, *args, **kwargs):
+    if self == target.parent:
+        if when == "after":
+            real_mkdir(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_mkdir(self, *args, **kwargs)
+install_record.Path.mkdir = mkdir_then_die
+install_record.InstallRecord(record_dir).install(target, b"v1", 0o644)
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_hook_killed_around_mkdir_leaves_no_directory_after_stop(record_dir, tmp_path, when):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+    lib = str(Path(__file__).resolve().parents[2] / "lib")
+    target = tmp_path / "etc" / "ssl" / "flannel" / "client-ca.pem"
+    (tmp_path / "etc").mkdir()
+    run = subprocess.run([sys.executable, "-c", KILLED_MAKING_A_DIRECTORY, lib,
+                          str(record_dir), str(target), when], capture_output=True, text=True)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert (tmp_path / "etc" / "ssl").is_dir()    # made (and recorded) before the kill
+    InstallRecord(record_dir).remove_all()
+    assert list((tmp_path / "etc").iterdir()) == []
+
+
+def test_a_directory_someone_makes_meanwhile_is_theirs(record, tmp_path, monkeypatch):
+    target = tmp_path / "shared" / "file"
+    real_mkdir = type(target).mkdir
+
+    def someone_else_first(self, *args, **kwargs):
+        if self == target.parent:
+            real_mkdir(self)  # another process wins the race
+        return real_mkdir(self, *args, **kwargs)
+    monkeypatch.setattr(type(target), "mkdir", someone_else_first)
+    record.install(target, b"x", 0o644)
+    monkeypatch.undo()
+    record.remove_all()
+    assert (tmp_path / "shared").is_dir() and not target.exists()

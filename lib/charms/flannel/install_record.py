@@ -225,10 +225,18 @@ class InstallRecord:
             missing.append(probe)
             probe = probe.parent
         for directory in reversed(missing):  # shallowest first
-            directory.mkdir()
-            os.chmod(directory, mode if directory == path else DEFAULT_DIR_MODE)
+            # Recorded before it is made: a hook killed in between leaves a
+            # recorded directory that does not exist (remove_all skips it),
+            # never a directory of the charm's that the record does not know.
             self._directories.append(str(directory))
             self._save()
+            try:
+                directory.mkdir()
+            except FileExistsError:  # someone else made it meanwhile: theirs
+                self._directories.remove(str(directory))
+                self._save()
+                continue
+            os.chmod(directory, mode if directory == path else DEFAULT_DIR_MODE)
 
     def recorded_paths(self) -> list[Path]:
         return [Path(p) for p in self._files]
