@@ -26,7 +26,6 @@ flag and an active status. What it costs is what the framework costs.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import re
@@ -39,6 +38,8 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
+
+from sandbox.cli import charm_parser, resource_for
 
 BARE = "bare"
 BARE_CNI_RELATION = ("bare:cni", "kubernetes-worker:cni")
@@ -323,12 +324,7 @@ def report(results: Results) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from sandbox.resource import build_resource, host_arch
-
-    parser = argparse.ArgumentParser(prog="python -m sandbox bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--charm", type=Path, required=True, help="the built charm directory")
-    parser.add_argument("--resource", type=Path, help="flannel-<arch>.tar.gz (default: build it)")
+    parser = charm_parser("bench", __doc__)
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     parser.add_argument("--machines", default="1,4,16",
                         help="cluster sizes to deploy (comma-separated; '' for none)")
@@ -341,8 +337,7 @@ def main(argv: list[str]) -> int:
 
         from sandbox.juju.controller import PARALLEL_ENV
         os.environ[PARALLEL_ENV] = str(args.parallel)
-    resource = args.resource or build_resource(host_arch(), Path(args.charm).parent,
-                                               progress=print)
+    resource = resource_for(args)
     results = Results()
     with tempfile.TemporaryDirectory(prefix="flannel-bench-") as tmp:
         bare = make_bare_charm(Path(args.charm), Path(tmp) / BARE)

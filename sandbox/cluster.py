@@ -66,7 +66,8 @@ SUBNET_ENV = "/run/flannel/subnet.env"
 
 # Run inside etcd's namespace (the host has no route to the test network):
 # etcd3gw with a session that trusts only the sandbox CA, whatever
-# REQUESTS_CA_BUNDLE says, and a timeout. Prints {key: value} as JSON.
+# REQUESTS_CA_BUNDLE says, and a timeout. Prints {key: [value, version]} as
+# JSON (version: how many times the key was written since it was created).
 _ETCD_READ = """
 import json, sys, requests, etcd3gw
 host, port, ca, cert, key, prefix = sys.argv[1:7]
@@ -79,7 +80,7 @@ client = etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https",
 out = {}
 for value, meta in client.get_prefix(prefix):
     k = meta["key"]
-    out[k.decode() if isinstance(k, bytes) else k] = value.decode()
+    out[k.decode() if isinstance(k, bytes) else k] = [value.decode(), int(meta["version"])]
 print(json.dumps(out))
 """
 
@@ -411,12 +412,17 @@ class Cluster:
     def etcd_values(self, prefix: str = NETWORK_PREFIX) -> dict[str, str]:
         """Every key under `prefix` in the sandbox etcd, read with etcd3gw from
         inside etcd's namespace."""
+        return {key: value for key, (value, _) in self.etcd_entries(prefix).items()}
+
+    def etcd_entries(self, prefix: str = NETWORK_PREFIX) -> dict[str, tuple[str, int]]:
+        """Every key under `prefix` with its value and version (the number of
+        writes since the key was created)."""
         pki = self.etcd.pki
         host, port = self.etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
         out = run(["ip", "netns", "exec", self.network.netns_for(ETCD), sys.executable,
                    "-c", _ETCD_READ, host.strip("[]"), port, str(pki.ca_cert),
                    str(pki.client_cert), str(pki.client_key), prefix], timeout=30).stdout
-        return json.loads(out)
+        return {key: (value, version) for key, (value, version) in json.loads(out).items()}
 
     def network_config(self) -> Optional[dict]:
         """flannel's network config (<prefix>/config) as stored in etcd."""

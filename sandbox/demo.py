@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from sandbox.cli import charm_parser, resource_for
 from sandbox.cluster import (CONTROL_PLANE_MACHINE, FLANNEL, WORKER_GENERATIONS, Cluster,
                              ClusterError)
 from sandbox.cri import runtime_for
@@ -129,20 +130,12 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print, *,
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
-    from sandbox.resource import build_resource, host_arch
-
-    parser = argparse.ArgumentParser(prog="python -m sandbox demo", description=__doc__)
-    parser.add_argument("--charm", type=Path, required=True, help="the built charm directory")
-    parser.add_argument("--resource", type=Path,
-                        help="flannel-<arch>.tar.gz (default: build it with go install)")
+    parser = charm_parser("demo", __doc__)
     parser.add_argument("--worker-generation", choices=WORKER_GENERATIONS, default="ops",
                         help="today's ops kubernetes-worker (default) or the reactive one "
                              "of the bug report")
     args = parser.parse_args(argv)
-    resource = args.resource or build_resource(host_arch(), Path(args.charm).parent,
-                                               progress=print)
+    resource = resource_for(args)
     try:
         ok = play(args.charm, resource, worker_generation=args.worker_generation)
     except ClusterError as error:

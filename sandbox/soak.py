@@ -30,13 +30,14 @@ grew. Not part of CI (minutes per ten cycles).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from sandbox.cli import charm_parser, resource_for
 
 CHARM_DIRS = ("/usr/local/bin", "/opt/cni/bin", "/etc/cni/net.d", "/lib/systemd/system",
               "/etc/ssl/flannel", "/run/flannel", "/var/lib/cni")
@@ -192,17 +193,11 @@ def soak(charm: Path, resource: Path, cycles: int, say: Callable[[str], None] = 
 
 
 def main(argv: list[str]) -> int:
-    from sandbox.resource import build_resource, host_arch
-
-    parser = argparse.ArgumentParser(prog="python -m sandbox soak", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--charm", type=Path, required=True, help="the built charm directory")
-    parser.add_argument("--resource", type=Path, help="flannel-<arch>.tar.gz (default: build it)")
+    parser = charm_parser("soak", __doc__)
     parser.add_argument("--cycles", type=int, default=50, help="remove/add cycles (default 50)")
     parser.add_argument("--json", type=Path, help="write every cycle's figures here as JSON")
     args = parser.parse_args(argv)
-    resource = args.resource or build_resource(host_arch(), Path(args.charm).parent,
-                                               progress=print)
+    resource = resource_for(args)
     started = time.monotonic()
     cycles, grew = soak(args.charm, resource, args.cycles, say=lambda t: print(t, flush=True))
     done = cycles[1:]

@@ -105,6 +105,22 @@ def update_status(bench: FaultBench) -> None:
     bench.cluster.settle()
 
 
+def etcd_down_problems(bench: FaultBench, mark: int, seen: dict[str, str], label: str) -> list[str]:
+    """What the hooks since mark and the statuses seen got wrong while etcd
+    was down (hook durations shown under label)."""
+    show_durations(bench, mark, label)
+    problems = hook_problems(bench, mark, "while etcd was down")
+    return problems + status_names_etcd(bench, seen, "while etcd was down")
+
+
+def back_with_new_pods(bench: FaultBench, name: str, problems: list[str]) -> Outcome:
+    """etcd started again: the recovery, then pods where there were none."""
+    bench.cluster.etcd.start()
+    recovery = bench.recover()
+    start_pods(bench)
+    return bench.outcome(name, recovery, problems)
+
+
 # --- 1: etcd away ---------------------------------------------------------------------
 
 @row("1a etcd down during install")
@@ -118,13 +134,8 @@ def etcd_down_during_install(bench: FaultBench) -> Outcome:
     bench.deploy(settle_active=False)
     update_status(bench)
     seen = bench.observe("etcd stopped through install")
-    show_durations(bench, mark, "with etcd down")
-    problems = hook_problems(bench, mark, "while etcd was down")
-    problems += status_names_etcd(bench, seen, "while etcd was down")
-    bench.cluster.etcd.start()
-    recovery = bench.recover()
-    start_pods(bench)
-    return bench.outcome(name, recovery, problems)
+    return back_with_new_pods(bench, name,
+                              etcd_down_problems(bench, mark, seen, "with etcd down"))
 
 
 @row("1b etcd down at the first network config")
@@ -147,13 +158,8 @@ def etcd_down_first_network_config(bench: FaultBench) -> Outcome:
     etcd.update(ready=True)
     bench.cluster.settle()
     seen = bench.observe("credentials published, etcd stopped")
-    show_durations(bench, mark, "with etcd down")
-    problems = hook_problems(bench, mark, "while etcd was down")
-    problems += status_names_etcd(bench, seen, "while etcd was down")
-    bench.cluster.etcd.start()
-    recovery = bench.recover()
-    start_pods(bench)
-    return bench.outcome(name, recovery, problems)
+    return back_with_new_pods(bench, name,
+                              etcd_down_problems(bench, mark, seen, "with etcd down"))
 
 
 @row("1c etcd down during a config change")
@@ -168,9 +174,7 @@ def etcd_down_config_change(bench: FaultBench) -> Outcome:
     mark = len(bench.ctl.hook_log)
     bench.cluster.configure(port=8475)
     seen = bench.observe("etcd stopped, port changed")
-    show_durations(bench, mark, "with etcd down")
-    problems = hook_problems(bench, mark, "while etcd was down")
-    problems += status_names_etcd(bench, seen, "while etcd was down")
+    problems = etcd_down_problems(bench, mark, seen, "with etcd down")
     problems += pods_ping(bench, "while etcd was down")
     problems += leases_kept(before, bench, "while etcd was down")
     bench.cluster.etcd.start()
@@ -201,9 +205,7 @@ def etcd_down_update_status(bench: FaultBench) -> Outcome:
     mark = len(bench.ctl.hook_log)
     update_status(bench)
     seen = bench.observe("etcd stopped, update-status")
-    show_durations(bench, mark, "update-status with etcd down")
-    problems = hook_problems(bench, mark, "while etcd was down")
-    problems += status_names_etcd(bench, seen, "while etcd was down")
+    problems = etcd_down_problems(bench, mark, seen, "update-status with etcd down")
     problems += pods_ping(bench, "while etcd was down")
     problems += leases_kept(before, bench, "while etcd was down")
     bench.cluster.etcd.start()

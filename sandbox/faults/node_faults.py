@@ -8,7 +8,6 @@ import ipaddress
 import json
 import os
 import signal
-import sys
 import tarfile
 import threading
 import time
@@ -241,33 +240,7 @@ def machine_reboot(bench: FaultBench) -> Outcome:
     return bench.outcome(name, recovery, problems)
 
 
-# Run in etcd's namespace: the flannel network config key's value and how
-# many times it was written ({"value": ..., "version": N}, {} if absent).
-_CONFIG_VERSION = """
-import json, sys, requests, etcd3gw
-host, port, ca, cert, key, name = sys.argv[1:7]
-session = requests.Session()
-session.trust_env = False
-session.verify = ca
-session.cert = (cert, key)
-client = etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https",
-                             session=session, timeout=5)
-found = client.get(name, metadata=True)
-print(json.dumps({"value": found[0][0].decode(), "version": int(found[0][1]["version"])}
-                 if found else {}))
-"""
 CONFIG_KEY = "/coreos.com/network/config"
-
-
-def config_key_state(bench: FaultBench) -> dict:
-    """The config key's value and version (times written) in the sandbox etcd."""
-    cluster = bench.cluster
-    pki = cluster.etcd.pki
-    host, port = cluster.etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
-    out = run(["ip", "netns", "exec", cluster.network.netns_for("etcd"), sys.executable,
-               "-c", _CONFIG_VERSION, host.strip("[]"), port, str(pki.ca_cert),
-               str(pki.client_cert), str(pki.client_key), CONFIG_KEY], timeout=30).stdout
-    return json.loads(out)
 
 
 class StatusSampler:
@@ -331,12 +304,12 @@ def concurrent_first_configuration(bench: FaultBench) -> Outcome:
     configs = cluster.etcd_values(CONFIG_KEY)
     if list(configs) != [CONFIG_KEY]:
         problems.append(f"etcd holds {sorted(configs)} for the network config")
-    state = config_key_state(bench)
+    value, version = cluster.etcd_entries(CONFIG_KEY).get(CONFIG_KEY, (None, 0))
     expected = {"Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1}}
-    if not state or json.loads(state["value"]) != expected:
-        problems.append(f"the network config in etcd is {state.get('value')}, not {expected}")
-    elif state["version"] != 1:
-        problems.append(f"the network config was written {state['version']} times, not once")
+    if value is None or json.loads(value) != expected:
+        problems.append(f"the network config in etcd is {value}, not {expected}")
+    elif version != 1:
+        problems.append(f"the network config was written {version} times, not once")
     leases = lease_keys(bench)
     subnets = {cluster.subnet_env(m).get("FLANNEL_SUBNET") for m in cluster.worker_machines()}
     if len(leases) != 4 or len(subnets - {None}) != 4:

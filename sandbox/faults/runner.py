@@ -6,8 +6,7 @@ lost. Exit status 1 if any row failed."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
+from sandbox.cli import charm_parser, resource_for
 from sandbox.faults import ROWS, run_row, table
 
 
@@ -19,14 +18,7 @@ def selected(only: list[str], soak: bool) -> list:
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
-    from sandbox.resource import build_resource, host_arch
-
-    parser = argparse.ArgumentParser(prog="python -m sandbox faults", description=__doc__)
-    parser.add_argument("--charm", type=Path, required=True, help="the built charm directory")
-    parser.add_argument("--resource", type=Path,
-                        help="flannel-<arch>.tar.gz (default: build it with go install)")
+    parser = charm_parser("faults", __doc__)
     parser.add_argument("--only", action="append", default=[],
                         help="play the rows whose name contains TEXT (repeatable)")
     parser.add_argument("--soak", action="store_true", help="include the long soak rows")
@@ -36,8 +28,7 @@ def main(argv: list[str]) -> int:
         print(f"no fault row matches {args.only}; rows: {', '.join(sorted(ROWS))}",
               file=sys.stderr)
         return 2
-    resource = args.resource or build_resource(host_arch(), Path(args.charm).parent,
-                                               progress=print)
+    resource = resource_for(args)
     outcomes = []
     for r in rows:
         print(f"== {r.name}", flush=True)
