@@ -32,7 +32,7 @@ from charms.flannel.credentials import client_files, write_client_credentials
 from charms.flannel.install_record import InstallRecord, out_of_space, record_problem
 from charms.flannel.options import InvalidOption, network_config, parse_options
 from charms.flannel.status import Observations, assess
-from charms.flannel.subnet import read_subnet_env
+from charms.flannel.subnet import read_lease
 
 SERVICE = paths.SERVICE_NAME
 INSTALLED = "flannel.installed"
@@ -265,10 +265,7 @@ def _look_at_etcd(etcd) -> None:
     from charms.flannel import etcd_probe
     kv = unitdata.kv()
     confirmed = kv.get(NETWORK_KEY)
-    try:
-        env = read_subnet_env(paths.SUBNET_ENV)
-    except ValueError:
-        env = None
+    env = read_lease(paths.SUBNET_ENV)
     lease_of = None
     if env is not None and confirmed:
         network, subnet_len, _ = daemon.network_shape(confirmed)
@@ -391,12 +388,17 @@ def configure_cni():
 @hook("stop")
 def remove_flannel():
     """Undo exactly what this charm did, and nothing else (LP #1866869)."""
+    if is_flag_set(SERIES_UPGRADE):
+        # pre-series-upgrade masked it: the mask link is the charm's too
+        host.service("unmask", SERVICE)
     if paths.SERVICE_FILE.exists():
         host.service_stop(SERVICE)
         host.service("disable", SERVICE)
-    _release_lease()
-    daemon.delete_vxlan_links()
-    _remove_nrpe_check()
+    # Each step may fail (etcd gone, a device deleted meanwhile): the files
+    # still go, or a forced removal would leave them all behind.
+    _best_effort("release the lease", _release_lease)
+    _best_effort("delete flanneld's vxlan devices", daemon.delete_vxlan_links)
+    _best_effort("remove the nrpe check", _remove_nrpe_check)
     damaged = unitdata.kv().get(PROBLEM_KEY + "record")  # watch_inputs, this hook
     left = []
     if damaged:
@@ -430,6 +432,13 @@ def remove_flannel():
         hookenv.status_set("maintenance", "Flannel removed.")
 
 
+def _best_effort(what: str, step) -> None:
+    try:
+        step()
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        hookenv.log("Could not {}: {}".format(what, error), level=hookenv.WARNING)
+
+
 def _release_lease() -> None:
     """While a backend change waits for every node to leave, give this node's
     lease back to etcd: flanneld does not on stop, and a lease lives 24 h,
@@ -440,10 +449,7 @@ def _release_lease() -> None:
     options, confirmed = _options(), unitdata.kv().get(NETWORK_KEY)
     if options is None or not backend_change_pending(network_config(options), confirmed):
         return
-    try:
-        env = read_subnet_env(paths.SUBNET_ENV)
-    except ValueError:
-        env = None
+    env = read_lease(paths.SUBNET_ENV)
     endpoints = unitdata.kv().get(ETCD_ENDPOINTS_KEY)
     if env is None or not endpoints or not client_files().key_file.exists():
         return
@@ -647,7 +653,7 @@ def assess_status():
         # flanneld's word on its lease (subnet.env), checked against the
         # network etcd confirmed: no etcd round trip in an idle hook.
         cidr=daemon.network_shape(confirmed)[0] if confirmed else None,
-        subnet=read_subnet_env(paths.SUBNET_ENV),
+        subnet=read_lease(paths.SUBNET_ENV),
         cni_problem=cni.chain_problem() if is_flag_set(CNI_CONFIGURED) else None,
     ))
     # update-status skips a status-set that would change nothing; any other

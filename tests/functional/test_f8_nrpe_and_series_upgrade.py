@@ -84,3 +84,21 @@ def test_series_upgrade_pauses_flannel_and_resumes_it(open_cluster):
         assert machine.pids_of("flanneld")
         cluster.wait_for_flannel(timeout=60)
         assert cluster.start_pod("m1").address
+
+
+def test_flannel_removed_during_a_series_upgrade_leaves_no_mask_behind(open_cluster):
+    """pre-series-upgrade masks flannel.service (a link to /dev/null in
+    /etc/systemd/system); removing flannel before post-series-upgrade must
+    take that link away too, or a later flannel could never start there."""
+    mask = "/etc/systemd/system/flannel.service"
+    with open_cluster("series, removed midway", workers=1) as cluster:
+        deploy_and_wait(cluster)
+        machine = cluster.machines["m1"]
+        cluster.controller.fire(cluster.unit_on("m1"), "pre-series-upgrade")
+        cluster.settle()
+        assert machine.exists(mask), "the control: the pause masks the unit"
+        cluster.remove_cni_relation()
+        cluster.settle()
+        assert not machine.exists(mask)
+        assert not machine.exists("/lib/systemd/system/flannel.service")
+        assert not machine.pids_of("flanneld")

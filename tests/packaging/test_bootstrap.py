@@ -6,7 +6,6 @@ The real offline install of a built charm's wheelhouse is in test_built_charm.py
 import importlib.util
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -90,10 +89,8 @@ def test_ensure_fast_path_runs_no_install(unit, monkeypatch):
 
     monkeypatch.setattr(bootstrap, "install", no_install)
     monkeypatch.setattr(bootstrap.subprocess, "call", no_install)
-    started = time.perf_counter()
     for _ in range(10):
         assert bootstrap.ensure(unit.charm_dir) == unit.python
-    assert (time.perf_counter() - started) / 10 < 0.05
     assert not Path(unit.log).exists()
 
 

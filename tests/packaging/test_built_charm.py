@@ -24,7 +24,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -288,10 +287,6 @@ def test_reactive_flannel_imports_in_the_unit_venv(built_charm, tmp_path):
     imp = "import sys; sys.path[:0] = ['.', 'lib']; import reactive.flannel"
     run = in_ubuntu_without_network([venv_python, "-c", imp], os_release, env, charm)
     assert run.returncode == 0, run.stdout
-
-
-def test_interpreters_found():
-    assert interpreters()[0][1] == shutil.which("python3") and sys.executable
 
 
 def test_the_benchmarks_bare_charm_is_the_framework_alone(built_charm, tmp_path):

@@ -68,6 +68,8 @@ CASES = [
      "link-local addresses never reach a pod"),
 ]
 
+ETCD_TROUBLE = ("deadline exceeded", "connection refused", "Unavailable", "timed out",
+                "transport is closing", "no leader")
 _PUT_CONFIG = """
 import sys, requests, etcd3gw
 host, port, ca, cert, key, keyname, value = sys.argv[1:8]
@@ -143,9 +145,12 @@ def flanneld_verdict(node: dict, config: dict, timeout: float = 30.0) -> tuple[b
             if subnet_file.exists() and "FLANNEL_SUBNET" in subnet_file.read_text():
                 return True, subnet_file.read_text()
             # A config flanneld refuses, or a backend it cannot set up.
+            # (flanneld logs the same words when etcd itself is slow or away:
+            # those lines are no verdict on the config, it retries)
             refused = [line for line in text.splitlines()
-                       if "Couldn't fetch network config" in line
-                       or "Error registering network" in line]
+                       if ("Couldn't fetch network config" in line
+                           or "Error registering network" in line)
+                       and not any(word in line for word in ETCD_TROUBLE)]
             if refused:
                 return False, refused[0]
             if process.poll() is not None:

@@ -33,23 +33,24 @@ def test_a_killed_hook_fails_and_resolve_reruns_it(cluster):
     ctl, out = cluster.ctl, cluster.out
     # The hook starts a helper in its own process group's reach (a child), a
     # daemon in a session of its own (as systemctl starts flanneld), writes
-    # "begun", then would take 5 s to write "done".
+    # "begun", then would take a minute to write "done".
     cluster.script("install", f"""
         echo begun >> {out}/install
         sleep 60 & echo $! > {out}/child
         setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {out}/daemon
-        if [ ! -e {out}/fast ]; then sleep 5; fi
+        if [ ! -e {out}/fast ]; then sleep 60; fi
         echo done >> {out}/install
     """)
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
-    ctl.kill_hook_after("flannel/0", "install", 0.8)
-    assert ctl.pending_kills() == {("flannel/0", "install"): 0.8}
+    ctl.kill_hook_after("flannel/0", "install", 2.0)
+    assert ctl.pending_kills() == {("flannel/0", "install"): 2.0}
     started = time.monotonic()
     ctl.settle()
-    assert time.monotonic() - started < 4, "the kill did not cut the hook short"
+    # (generous bounds for a loaded host: uncut, the hook would run a minute)
+    assert time.monotonic() - started < 40, "the kill did not cut the hook short"
     run = [r for r in ctl.hook_log if r.unit == "flannel/0"][-1]
     assert (run.hook, run.exit_code) == ("install", -9)
-    assert 0.8 <= run.killed_after < 2.5
+    assert 2.0 <= run.killed_after < 40
     assert "hook killed (SIGKILL to its process group)" in run.stderr_tail
     assert cluster.read_out("install") == "begun\n"
     # the whole process group died with it; the daemon in its own session did not
@@ -125,10 +126,10 @@ def test_a_hook_killed_inside_a_sandbox_machine(world, tmp_path):
         world.script("install", f"""
             echo begun >> {out}/install
             sleep 60 & echo $! > {out}/child
-            if [ ! -e {out}/fast ]; then sleep 30; fi
+            if [ ! -e {out}/fast ]; then sleep 60; fi
             echo done >> {out}/install
         """)
-        ctl.kill_hook_after("flannel/0", "install", 1.0)
+        ctl.kill_hook_after("flannel/0", "install", 2.0)
         ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
         ctl.settle()
         run = ctl.hook_log[-1]

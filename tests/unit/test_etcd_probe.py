@@ -89,20 +89,25 @@ def test_the_endpoint_that_answered_last_goes_first():
     assert ordered(["a", "b"], None) == ["a", "b"]
 
 
+# The silent member's timeout: long enough that a live etcd on a loaded host
+# answers well within it, so "was it waited for" is a clear yes or no.
+TIMEOUT = 3.0
+
+
 def test_a_dead_first_member_costs_the_probe_nothing_once_remembered(etcd, pki, silent):
     started = time.monotonic()
-    view = look([silent, etcd.endpoint], *creds(pki), timeout=1.0)
+    view = look([silent, etcd.endpoint], *creds(pki), timeout=TIMEOUT)
     first = time.monotonic() - started
     assert view.endpoint == etcd.endpoint
     started = time.monotonic()
-    look([silent, etcd.endpoint], *creds(pki), timeout=1.0, preferred=view.endpoint)
+    look([silent, etcd.endpoint], *creds(pki), timeout=TIMEOUT, preferred=view.endpoint)
     again = time.monotonic() - started
-    assert first >= 1.0   # the control: in order, the silent member costs its timeout
-    assert again < 0.9
+    assert first >= TIMEOUT   # the control: in order, the silent member costs its timeout
+    assert again < TIMEOUT    # remembered: the silent member is never waited for
 
 
 def test_network_store_tries_the_remembered_endpoint_first(etcd, pki, silent, prefix):
-    settings = EtcdClientSettings((silent, etcd.endpoint), *creds(pki), timeout=1.0)
+    settings = EtcdClientSettings((silent, etcd.endpoint), *creds(pki), timeout=TIMEOUT)
     started = time.monotonic()
     with NetworkStore(settings, prefix) as store:
         store.read_config()
@@ -112,8 +117,8 @@ def test_network_store_tries_the_remembered_endpoint_first(etcd, pki, silent, pr
     started = time.monotonic()
     with NetworkStore(settings, prefix, preferred=answered) as store:
         store.read_config()
-    assert first >= 1.0
-    assert time.monotonic() - started < 0.9
+    assert first >= TIMEOUT
+    assert time.monotonic() - started < TIMEOUT
 
 
 def test_the_probe_imports_neither_etcd3gw_nor_requests():

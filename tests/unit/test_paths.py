@@ -26,10 +26,3 @@ def test_the_install_record_sits_beside_the_charm_directory():
     expected = Path("/var/lib/juju/agents/unit-flannel-0/flannel-install-record")
     assert paths.install_record_dir(charm_dir) == expected
     assert paths.install_record_dir(Path(charm_dir + "/")) == expected
-
-
-def test_aliases_name_the_same_paths():
-    assert paths.CNI_CONFLIST == paths.CNI_CONF
-    assert paths.CNI_CONF.name == paths.CNI_CONF_NAME
-    assert paths.ETCD_CREDENTIALS_DIR == paths.ETCD_TLS_DIR
-    assert paths.ETCD_CREDENTIALS_DIR / paths.ETCD_KEY_NAME == paths.ETCD_KEY

@@ -81,8 +81,12 @@ def delete_vxlan_links(keep: Optional[str] = None) -> list[str]:
     gone = []
     for name in flannel_vxlan_links(json.loads(shown.stdout or "[]")):
         if name != keep:
-            subprocess.run(["ip", "link", "delete", name], check=True, capture_output=True)
-            gone.append(name)
+            deleted = subprocess.run(["ip", "link", "delete", name], capture_output=True,
+                                     text=True)
+            if deleted.returncode != 0 and "Cannot find device" not in deleted.stderr:
+                raise subprocess.CalledProcessError(deleted.returncode, deleted.args,
+                                                    deleted.stdout, deleted.stderr)
+            gone.append(name)  # (or gone by itself meanwhile)
     return gone
 
 

@@ -75,3 +75,13 @@ def read_subnet_env(path: str | os.PathLike[str]) -> SubnetEnv | None:
         return parse_subnet_env(text)
     except IncompleteSubnetEnv:
         return None
+
+
+def read_lease(path: str | os.PathLike[str]) -> SubnetEnv | None:
+    """flanneld's lease as subnet.env states it, None while the file is
+    absent, incomplete or garbled: a garbled file is flanneld's to rewrite,
+    never a reason for a hook to fail."""
+    try:
+        return read_subnet_env(path)
+    except ValueError:
+        return None
