@@ -15,7 +15,7 @@ import pytest
 from functional_kit import (all_plugin_bytes, deploy_and_wait, member, play_remove_add,
                             plugin_differences, pods_everywhere, repack_resource)
 
-from sandbox.cluster import WORKER_GENERATIONS
+from sandbox.cluster import SUBNET_ENV, WORKER_GENERATIONS
 
 pytestmark = pytest.mark.functional
 
@@ -122,6 +122,25 @@ def test_pods_ping_across_machines_over_vxlan(two):
                 f"pod {pod.address} on {m} is outside the machine's flannel subnet {subnet}"
         assert pods["m1"].address != pods["m2"].address
         assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
+def test_a_garbled_subnet_env_fails_no_hook(two):
+    """subnet.env is flanneld's: a garbled one (a hand edit, a full /run)
+    is no lease, and no reason for a hook to die with a traceback."""
+    machine, unit = two.machines["m2"], two.unit_on("m2")
+    good = machine.read_file(SUBNET_ENV)
+    garbled = good.replace(b"FLANNEL_MTU=", b"FLANNEL_MTU=many")
+    hooks = len(two.controller.hook_log)
+    machine.write_file(SUBNET_ENV, garbled)
+    try:
+        two.controller.update_status("flannel")
+        two.settle()
+        failed = [(r.unit, r.hook) for r in two.controller.hook_log[hooks:] if not r.ok]
+        assert failed == []
+        assert two.workload(unit) == ("waiting", "Negotiating flannel network subnet.")
+    finally:
+        machine.write_file(SUBNET_ENV, good)
+    assert two.wait_for_flannel(timeout=60)[unit].startswith("Flannel subnet ")
 
 
 # --- 5. configuration ---------------------------------------------------------------
