@@ -164,6 +164,7 @@ def test_cri_pods_before_during_and_after_remove_add(cluster):
         # no new pod, while the running ones stay Ready. The charm kept the
         # runtime's directory (containerd's inotify watch on it).
         net_d_after_stop = cluster.machines["m1"].ls(NET_D)
+        wait_loaded(cluster, None)   # (containerd's reload follows the removal's event)
         pod, gap_error = cluster.try_pod("m1", runtime="cri")
         states = {m: p.inspect()["status"]["state"] for m, p in first.items()}
         with cluster.timings.phase("add-relation (CRI pods running)", cluster.say):
@@ -205,6 +206,7 @@ def test_old_stop_hook_makes_new_cri_pods_fail_with_containerds_message(
         cluster.add_cni_relation()
         # flannel is back, and its status names what the principal lost
         messages = cluster.wait_for_flannel(timeout=180, state="blocked")
+        wait_loaded(cluster, NETWORK)
         pod, error = cluster.try_pod("m1", runtime="cri")
     assert before.address
     assert list(messages.values()) == [

@@ -81,16 +81,24 @@ def test_network_identity(machines):
     assert sorted(m1.run(["ls", "/sys/class/net"]).stdout.split()) == ["eth0", "lo"]
 
 
+def sleeps(machine, count: int, other_than=(), timeout: float = 30) -> list[int]:
+    """The machine's `sleep` processes once there are `count` of them (none
+    of other_than): systemctl returns once it forked, before the exec."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = [p for p in machine.pids_of("sleep") if p not in other_than]
+        if len(pids) >= count or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
 def test_systemctl_runs_units_inside_the_machine(machines):
     m1, m2 = machines
     m1.write_file("/lib/systemd/system/sleeper.service", SLEEPER_UNIT)
     assert not os.path.exists("/lib/systemd/system/sleeper.service")
     assert m1.systemctl("enable", "sleeper").returncode == 0
     assert m1.systemctl("start", "sleeper").returncode == 0
-    deadline = time.monotonic() + 10
-    while not m1.pids_of("sleep") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    (pid,) = m1.pids_of("sleep")
+    (pid,) = sleeps(m1, 1)
     # It outlived systemctl, and lives in the machine's namespaces.
     assert os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{m1.netns}").st_ino
     assert os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink(f"/proc/{m1.holder_pid}/ns/mnt")
@@ -98,8 +106,7 @@ def test_systemctl_runs_units_inside_the_machine(machines):
     assert m2.systemctl("is-active", "sleeper").stdout.strip() != "active"
     assert m1.exists("/etc/systemd/system/multi-user.target.wants/sleeper.service")
     assert m1.systemctl("restart", "sleeper").returncode == 0
-    time.sleep(0.3)
-    (pid2,) = m1.pids_of("sleep")
+    (pid2,) = sleeps(m1, 1, other_than={pid})
     assert pid2 != pid and not alive(pid)
     assert m1.systemctl("stop", "sleeper").returncode == 0
     assert m1.pids_of("sleep") == []
@@ -135,7 +142,7 @@ def test_destroy_kills_everything_and_cleans_up(test_network):
     m.systemctl("start", "sleeper")
     background = m.popen(["sleep", "3600"])
     run(["ip", "netns", "add", m.pod_prefix + "p"])
-    time.sleep(0.3)
+    sleeps(m, 2)
     pids = m.pids()
     assert len(pids) >= 3           # holder, the unit's sleep, the popen'ed one
     holder_mnt = os.readlink(f"/proc/{m.holder_pid}/ns/mnt")
@@ -163,7 +170,7 @@ def test_reboot_empties_run_kills_everything_and_keeps_the_disks(machines):
     m1.run(["systemctl", "daemon-reload"])
     m1.run(["systemctl", "enable", "sleeper"])
     m1.run(["systemctl", "start", "sleeper", "idle"])
-    before = set(m1.pids_of("sleep"))
+    before = set(sleeps(m1, 2))
     assert len(before) == 2
     stray = m1.popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
     m1.run(["sh", "-ec", "mkdir -p /run/flannel && echo FLANNEL_SUBNET=10.1.5.1/24 "
@@ -193,7 +200,7 @@ def test_reboot_empties_run_kills_everything_and_keeps_the_disks(machines):
     assert m1.run(["test", "-d", "/run/systemd/system"]).returncode == 0
     assert m1.exists("/run/netns") and m1.read_file("/opt/cni/bin/kept") == b"kept\n"
     # systemd's boot: the enabled unit runs again, the merely started one not
-    assert len(m1.pids_of("sleep")) == 1
+    assert len(sleeps(m1, 1)) == 1
     assert m1.run(["systemctl", "is-active", "sleeper"]).stdout.strip() == "active"
     idle = m1.run(["systemctl", "is-active", "idle"], check=False).stdout.strip()
     assert idle != "active"
