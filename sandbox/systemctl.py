@@ -257,15 +257,10 @@ def _spawn_supervisor(unit: str) -> None:
 def supervise(unit: str) -> int:
     """Restart the unit when its main process dies, until `systemctl stop`."""
     stopped = _marker(unit, "stopped")
-    pid = 0
     while not os.path.exists(stopped):
-        # Watch the known main process through /proc; ask systemctl3 (a new
-        # Python process) only once it is gone: restarted by someone, or dead.
-        if pid and _alive(pid):
-            time.sleep(POLL * 4)
-            continue
         pid = int(_systemctl3_value("MainPID", unit) or 0)
         if pid and _alive(pid):
+            time.sleep(POLL * 4)
             continue
         policy, delay = _restart_policy(unit)
         if policy not in RESTARTING:

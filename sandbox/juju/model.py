@@ -109,7 +109,8 @@ class StateFile:
             raise
 
     def read(self) -> dict:
-        return self._load()  # writers rename a complete file into place
+        with self._lock(False):
+            return self._load()
 
     def create(self, data: dict) -> None:
         with self._lock(True):
