@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 from sandbox.faults.core import FaultBench, Outcome, row
+from sandbox.cluster import NETWORK_PREFIX
 from sandbox.network import run
+from sandbox.waiting import wait_for
 
 M1 = "m1"
 SERVICE = "flannel.service"
@@ -22,18 +24,6 @@ SERVICE = "flannel.service"
 # a loaded host: how long systemd's Restart= may take to bring flanneld back.
 RESTART_WITHIN = 5.0 + 20.0
 BROKEN_FLANNELD = b"#!/bin/sh\necho 'flanneld: broken build, exiting' >&2\nexit 1\n"
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.2):
-    """predicate()'s first truthy value within `timeout` seconds, else None."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(interval)
 
 
 def update_status(bench: FaultBench) -> None:
@@ -240,7 +230,7 @@ def machine_reboot(bench: FaultBench) -> Outcome:
     return bench.outcome(name, recovery, problems)
 
 
-CONFIG_KEY = "/coreos.com/network/config"
+CONFIG_KEY = f"{NETWORK_PREFIX}/config"
 
 
 class StatusSampler:

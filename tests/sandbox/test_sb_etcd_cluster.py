@@ -3,28 +3,21 @@ fault bench's "one member of three down" row stands on it), and the emulated
 etcd charm publishing all three members."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sandbox.etcd import EtcdCluster, EtcdServer
 from sandbox.juju.apps import EtcdApp
 from sandbox.pki import make_pki
+from sandbox.waiting import wait_for
 
 pytestmark = pytest.mark.sandbox
 
 
-def eventually(check, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return True
-        except OSError:   # (requests' errors are OSErrors)
-            pass
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
+def healthy_now(etcd: EtcdCluster) -> bool:
+    try:
+        return etcd.healthy()
+    except OSError:   # (requests' errors are OSErrors): no leader yet
+        return False
 
 
 def put(member: EtcdServer, key: str, value: str) -> None:
@@ -58,7 +51,7 @@ def test_three_members_one_cluster_and_two_keep_quorum(tmp_path):
         first.stop()
         assert not first.running
         # (if first led, the other two elect a new leader first)
-        assert eventually(etcd.healthy), "two of three members never became healthy"
+        assert wait_for(lambda: healthy_now(etcd), 30), "two of three members never became healthy"
         put(second, "/k", "v2")           # two of three keep quorum
         assert get(third, "/k") == "v2"
         first.start()                     # back with its data: catches up

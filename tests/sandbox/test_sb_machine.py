@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 
 import pytest
 
 from sandbox.machine import Machine
+from sandbox.waiting import wait_for
 from sandbox.network import list_netns, run, state_root
 
 pytestmark = pytest.mark.sandbox
@@ -84,12 +84,9 @@ def test_network_identity(machines):
 def sleeps(machine, count: int, other_than=(), timeout: float = 30) -> list[int]:
     """The machine's `sleep` processes once there are `count` of them (none
     of other_than): systemctl returns once it forked, before the exec."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = [p for p in machine.pids_of("sleep") if p not in other_than]
-        if len(pids) >= count or time.monotonic() > deadline:
-            return pids
-        time.sleep(0.05)
+    def found():
+        return [p for p in machine.pids_of("sleep") if p not in other_than]
+    return wait_for(lambda: len(found()) >= count and found(), timeout, 0.05) or found()
 
 
 def test_systemctl_runs_units_inside_the_machine(machines):

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from sandbox.machine import Machine
+from sandbox.waiting import wait_for
 
 pytestmark = pytest.mark.sandbox
 
@@ -32,16 +33,6 @@ def machine(test_network):
 
 def main_pid(m, unit):
     return int(m.systemctl("show", "-p", "MainPID", "--value", unit).stdout.strip() or 0)
-
-
-def wait_for(predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    return predicate()
 
 
 def test_refuses_what_systemd_252_refuses(machine):
