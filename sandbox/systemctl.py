@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import select
 import subprocess
 import sys
 import time
@@ -254,13 +255,38 @@ def _spawn_supervisor(unit: str) -> None:
         f.write(f"{proc.pid}\n")
 
 
+def _wait_for_exit(pid: int, timeout: float) -> None:
+    """Return once `pid` has exited, or after `timeout` seconds. A pidfd
+    costs no CPU while it waits (polling /proc, or a new systemctl3 process,
+    every few hundred ms took a quarter of a core per running unit)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):  # no pidfd: poll /proc
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(POLL * 4)
+        return
+    try:
+        if _alive(pid):  # a zombie's pidfd is readable at once too
+            select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
 def supervise(unit: str) -> int:
     """Restart the unit when its main process dies, until `systemctl stop`."""
     stopped = _marker(unit, "stopped")
+    pid = 0
     while not os.path.exists(stopped):
+        # Wait on the known main process; ask systemctl3 (a new Python
+        # process) only once it is gone: restarted by someone, or dead.
+        if pid and _alive(pid):
+            _wait_for_exit(pid, timeout=5.0)
+            continue
         pid = int(_systemctl3_value("MainPID", unit) or 0)
         if pid and _alive(pid):
-            time.sleep(POLL * 4)
             continue
         policy, delay = _restart_policy(unit)
         if policy not in RESTARTING:

@@ -109,8 +109,7 @@ class StateFile:
             raise
 
     def read(self) -> dict:
-        with self._lock(False):
-            return self._load()
+        return self._load()  # writers rename a complete file into place
 
     def create(self, data: dict) -> None:
         with self._lock(True):
