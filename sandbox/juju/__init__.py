@@ -18,7 +18,7 @@
 See controller.py for the hook order, hooktools.py for the hook tools.
 """
 
-from .agent import HookRun, default_python
+from .agent import HookRun
 from .apps import (EmulatedApp, EtcdApp, HookContext, KubernetesControlPlaneApp,
                    KubernetesWorkerApp, NrpeApp)
 from .controller import Controller, SettleError
@@ -27,7 +27,7 @@ from .model import Model, ModelError, StateFile
 from .principals import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp
 
 __all__ = [
-    "Controller", "SettleError", "HookRun", "default_python",
+    "Controller", "SettleError", "HookRun",
     "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp", "KubernetesControlPlaneApp",
     "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp", "NrpeApp",
     "Executor", "LocalExecutor", "MachineExecutor", "UnshareExecutor",

@@ -28,10 +28,6 @@ from .executors import DEFAULT_TIMEOUT
 
 PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
-SANDBOX_VENV_PYTHON = "/var/cache/flannel-charm/venv/bin/python"
-FALLBACK_PYTHON = "/tmp/venv/bin/python"
-PYTHON_ENV = "SANDBOX_JUJU_PYTHON"
-
 API_ADDRESS = "10.0.0.1:17070"  # the emulated controller has no API: for show only
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
 
@@ -50,18 +46,6 @@ if [ -e "$charm/hooks/$hook" ]; then
 fi
 echo SANDBOX-JUJU-HOOK-MISSING
 '''
-
-
-def default_python() -> str:
-    """Interpreter for the hook tools' shebang: it must exist inside the
-    machine and have PyYAML."""
-    env = os.environ.get(PYTHON_ENV)
-    if env:
-        return env
-    for cand in (SANDBOX_VENV_PYTHON, FALLBACK_PYTHON):
-        if os.access(cand, os.X_OK):
-            return cand
-    return sys.executable
 
 
 @dataclasses.dataclass
@@ -98,34 +82,23 @@ def tail(data: bytes | str, limit: int = 4000) -> str:
 
 
 class ToolsInstaller:
-    """Builds the host-side staging copy of the hook tools once per model."""
+    """Builds the host-side staging copy of the hook tools once per model:
+    the jujuc client (sandbox.juju.agent_socket) and one symlink to it per
+    tool, as Juju lays out a unit's tools directory, plus the fake jujud."""
 
-    def __init__(self, staging_dir: str, python: str, juju_version: str, series="ubuntu",
-                 arch="amd64"):
+    def __init__(self, staging_dir: str, juju_version: str, series="ubuntu", arch="amd64"):
         self.staging = staging_dir
-        self.python = python
         self.juju_version = juju_version
         self.jujud_version = f"{juju_version}-{series}-{arch}"
         self.jujud_path = os.path.join(os.path.dirname(staging_dir), "jujud")
 
     def build(self) -> None:
+        from .agent_socket import build_client
         from .hooktools import TOOLS
         if os.path.isdir(self.staging):
             shutil.rmtree(self.staging)
         os.makedirs(self.staging)
-        shutil.copyfile(os.path.join(PKG_DIR, "hooktools.py"),
-                        os.path.join(self.staging, "_sandbox_juju_hooktools.py"))
-        shutil.copyfile(os.path.join(PKG_DIR, "model.py"),
-                        os.path.join(self.staging, "_sandbox_juju_model.py"))
-        jujuc = os.path.join(self.staging, "jujuc")
-        with open(jujuc, "w", encoding="utf-8") as f:
-            f.write(f"#!{self.python} -Es\n"
-                    "# emulated Juju hook tools (sandbox.juju.hooktools)\n"
-                    "import os, sys\n"
-                    "sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))\n"
-                    "import _sandbox_juju_hooktools as tools\n"
-                    "sys.exit(tools.main())\n")
-        os.chmod(jujuc, 0o755)
+        build_client(os.path.join(self.staging, "jujuc"))
         for name in TOOLS:
             os.symlink("jujuc", os.path.join(self.staging, name))
         with open(self.jujud_path, "w", encoding="utf-8") as f:
@@ -143,8 +116,10 @@ class UnitAgent:
     """Runs file operations and hooks for units through their machine's executor."""
 
     def __init__(self, state: _model.StateFile, run_dir: str, tools: ToolsInstaller,
-                 timeout: float = DEFAULT_TIMEOUT, extra_env: dict | None = None):
+                 socket_path: str, timeout: float = DEFAULT_TIMEOUT,
+                 extra_env: dict | None = None):
         self.state = state
+        self.socket_path = socket_path
         self.run_dir = run_dir
         self.tools = tools
         self.timeout = timeout
@@ -213,7 +188,6 @@ class UnitAgent:
         JUJU_REMOTE_APP, and JUJU_DEPARTING_UNIT in -departed hooks."""
         m = data["model"]
         machine = machine or {}
-        tag = _model.unit_tag(unit["name"])
         env = {
             "PATH": f"{unit['tools-dir'] or self.tools.staging}:{BASE_PATH}",
             "APT_LISTCHANGES_FRONTEND": "none",
@@ -226,8 +200,9 @@ class UnitAgent:
             "JUJU_CONTEXT_ID": context_id,
             "JUJU_HOOK_NAME": hook,
             "JUJU_DISPATCH_PATH": f"hooks/{hook}",
-            # no agent socket here: the hook tools read the model state file
-            "JUJU_AGENT_SOCKET_ADDRESS": f"@/var/lib/juju/agents/{tag}/agent.socket",
+            # Juju's is abstract (@/var/lib/juju/agents/unit-x/agent.socket), which
+            # a machine's own network namespace could not reach: a path instead
+            "JUJU_AGENT_SOCKET_ADDRESS": self.socket_path,
             "JUJU_AGENT_SOCKET_NETWORK": "unix",
             "JUJU_UNIT_NAME": unit["name"],
             "JUJU_MODEL_NAME": m["name"],

@@ -44,7 +44,8 @@ import shutil
 import uuid
 
 from . import model as _model
-from .agent import HookRun, ToolsInstaller, UnitAgent, default_python
+from .agent import HookRun, ToolsInstaller, UnitAgent
+from .agent_socket import AgentSocket
 from .executors import DEFAULT_TIMEOUT
 from .model import Model, ModelError
 from .operations import (ModelOperations, coerce_config, endpoints_from_metadata,  # noqa: F401
@@ -65,7 +66,7 @@ class Controller(ModelOperations, HookScheduler):
     run/ and the staging copy of the hook tools; it must be visible (same
     path) inside every machine whose executor runs hooks."""
 
-    def __init__(self, state_dir, model_name="sandbox", *, python=None,
+    def __init__(self, state_dir, model_name="sandbox", *,
                  juju_version=JUJU_VERSION, hook_timeout=DEFAULT_TIMEOUT,
                  extra_env=None, arch="amd64", parallel=None):
         self.state_dir = os.path.abspath(os.fspath(state_dir))
@@ -79,12 +80,14 @@ class Controller(ModelOperations, HookScheduler):
             open(p, "w").close()
         self.state.create(_model.new_state(model_name, str(uuid.uuid4()), juju_version,
                                            self.logs_dir, self.tools_log_path))
-        self.python = python or default_python()
-        self.tools = ToolsInstaller(os.path.join(self.state_dir, "tools"), self.python,
-                                    juju_version, arch=arch)
+        self.tools = ToolsInstaller(os.path.join(self.state_dir, "tools"), juju_version,
+                                    arch=arch)
         self.tools.build()
+        # the hook tools' calls run here, in this process (until close())
+        self.agent_socket = AgentSocket(os.path.join(self.state_dir, "agent.socket")).start()
         self.agent = UnitAgent(self.state, os.path.join(self.state_dir, "run"), self.tools,
-                               timeout=hook_timeout, extra_env=extra_env)
+                               self.agent_socket.path, timeout=hook_timeout,
+                               extra_env=extra_env)
         self.executors: dict[str, object] = {}
         self.emulated: dict[str, object] = {}
         self.queue: list[dict] = []
@@ -204,7 +207,8 @@ class Controller(ModelOperations, HookScheduler):
         return _format_status(self.status())
 
     def close(self) -> None:
-        """Nothing runs in the background; kept for symmetry with machines."""
+        """Stop answering hook tools (the agent socket)."""
+        self.agent_socket.close()
 
     def remove_state(self) -> None:
         shutil.rmtree(self.state_dir, ignore_errors=True)

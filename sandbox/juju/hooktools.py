@@ -155,24 +155,47 @@ def check_format(fmt: str) -> None:
         raise Usage(f'invalid value "{fmt}" for option --format: unknown format "{fmt}"')
 
 
-def write_output(value, opts) -> None:
+def write_output(ctx, value, opts) -> None:
     text = format_value(value, opts.get("format") or "smart")
     if text and not text.endswith("\n"):
         text += "\n"
     if opts.get("output"):
-        with open(opts["output"], "w", encoding="utf-8") as f:
+        with open(ctx.caller.path(opts["output"]), "w", encoding="utf-8") as f:
             f.write(text)
     else:
-        sys.stdout.write(text)
+        ctx.caller.stdout.write(text)
 
 
 # --------------------------------------------------------------------------
 # the hook context
 # --------------------------------------------------------------------------
 
+class Caller:
+    """The process that ran the tool: its standard streams, and its view of
+    the filesystem. In a tool's own process that is this process; behind the
+    agent socket (sandbox.juju.agent_socket) it is the client, whose files
+    the server reaches through /proc/PID/root and /proc/PID/cwd (it may sit in
+    a machine's mount namespace)."""
+
+    def __init__(self, stdin=None, stdout=None, stderr=None, pid: int | None = None):
+        self.stdin = stdin if stdin is not None else sys.stdin
+        self.stdout = stdout if stdout is not None else sys.stdout
+        self.stderr = stderr if stderr is not None else sys.stderr
+        self.pid = pid
+
+    def path(self, path: str) -> str:
+        """`path` as the caller means it, reachable from here."""
+        if self.pid is None:
+            return path
+        if os.path.isabs(path):
+            return f"/proc/{self.pid}/root{path}"
+        return f"/proc/{self.pid}/cwd/{path}"
+
+
 class Context:
-    def __init__(self, env):
+    def __init__(self, env, caller: Caller):
         self.env = env
+        self.caller = caller
         state_path = env.get(_model.STATE_ENV)
         if not state_path:
             raise Failure(f"{_model.STATE_ENV} is not set: not running inside a sandbox hook")
@@ -260,9 +283,9 @@ def cmd_config_get(ctx, opts, args):
         raise Usage("cannot use argument --all together with key " + json.dumps(args[0]))
     m = ctx.read()
     if args:
-        write_output(m.config(ctx.app_name).get(args[0]), opts)
+        write_output(ctx, m.config(ctx.app_name).get(args[0]), opts)
     else:
-        write_output(m.config(ctx.app_name, include_unset=opts["all"]), opts)
+        write_output(ctx, m.config(ctx.app_name, include_unset=opts["all"]), opts)
 
 
 # -- relation-ids -------------------------------------------------------------
@@ -276,7 +299,7 @@ def cmd_relation_ids(ctx, opts, args):
         raise Usage("no endpoint name specified")
     m = ctx.read()
     rels = _model.hook_relations(m, ctx.unit_name, endpoint, ctx.hook_context(m.data))
-    write_output([m.relation_key(r, ctx.unit_name) for r in rels], opts)
+    write_output(ctx, [m.relation_key(r, ctx.unit_name) for r in rels], opts)
 
 
 # -- relation-list ------------------------------------------------------------
@@ -291,9 +314,9 @@ def cmd_relation_list(ctx, opts, args):
     m = ctx.read()
     rel = ctx.resolve_relation(m, opts["relation"])
     if opts["app"]:
-        write_output(m.remote_endpoint(rel, ctx.app_name)["app"], opts)
+        write_output(ctx, m.remote_endpoint(rel, ctx.app_name)["app"], opts)
         return
-    write_output(m.members(rel, ctx.unit_name), opts)
+    write_output(ctx, m.members(rel, ctx.unit_name), opts)
 
 
 # -- relation-get -------------------------------------------------------------
@@ -358,9 +381,9 @@ def cmd_relation_get(ctx, opts, args):
             raise Failure(f'cannot read settings for unit "{unit}" in relation '
                           f'"{rkey}": unit "{unit}": settings not found')
     if key:
-        write_output(data.get(key), opts)
+        write_output(ctx, data.get(key), opts)
     else:
-        write_output(data, opts)
+        write_output(ctx, data, opts)
 
 
 # -- relation-set -------------------------------------------------------------
@@ -384,10 +407,10 @@ def cmd_relation_set(ctx, opts, args):
     settings = {}
     if opts["file"]:
         if opts["file"] == "-":
-            text = sys.stdin.read()
+            text = ctx.caller.stdin.read()
         else:
             try:
-                with open(opts["file"], encoding="utf-8") as f:
+                with open(ctx.caller.path(opts["file"]), encoding="utf-8") as f:
                     text = f.read()
             except OSError as e:
                 raise Failure(f"cannot read settings file: {e}") from None
@@ -476,7 +499,7 @@ def cmd_status_get(ctx, opts, args):
             value["application-status"].get(args[0])
     elif not opts["include_data"] and not opts["application"]:
         value = value["status"]
-    write_output(value, opts)
+    write_output(ctx, value, opts)
 
 
 def derive_app_status(m: Model, app: str) -> dict:
@@ -551,13 +574,13 @@ def cmd_resource_get(ctx, opts, args):
     dest_dir = os.path.join(unit["agent-dir"], "resources", name)
     dest = os.path.join(dest_dir, filename)
     try:
-        os.makedirs(dest_dir, exist_ok=True)
-        tmp = dest + ".part"
+        os.makedirs(ctx.caller.path(dest_dir), exist_ok=True)
+        tmp = ctx.caller.path(dest + ".part")
         shutil.copyfile(attached["path"], tmp)
-        os.replace(tmp, dest)
+        os.replace(tmp, ctx.caller.path(dest))
     except OSError as e:
         raise Failure(f"could not download resource: {e}") from None
-    sys.stdout.write(dest)  # Juju prints the path without a newline
+    ctx.caller.stdout.write(dest)  # Juju prints the path without a newline
 
 
 # -- network-get --------------------------------------------------------------
@@ -590,7 +613,7 @@ def cmd_network_get(ctx, opts, args):
     info = m.network_info(ctx.unit_name)
     if opts["primary"]:
         addrs = info["bind-addresses"][0]["addresses"]
-        write_output(addrs[0]["address"] if addrs else "", opts)
+        write_output(ctx, addrs[0]["address"] if addrs else "", opts)
         return
     picked = {}
     if opts["bind"]:
@@ -602,11 +625,11 @@ def cmd_network_get(ctx, opts, args):
     if opts["egress"]:
         picked["egress-subnets"] = ",".join(info["egress-subnets"])
     if len(picked) == 1:
-        write_output(next(iter(picked.values())), opts)
+        write_output(ctx, next(iter(picked.values())), opts)
     elif picked:
-        write_output(picked, opts)
+        write_output(ctx, picked, opts)
     else:
-        write_output(info, opts)
+        write_output(ctx, info, opts)
 
 
 # -- unit-get -----------------------------------------------------------------
@@ -618,7 +641,7 @@ def cmd_unit_get(ctx, opts, args):
         raise Usage(f"unrecognized args: {json.dumps(args[1:])}")
     if args[0] not in ("private-address", "public-address"):
         raise Usage(f'unknown setting "{args[0]}"')
-    write_output(ctx.read().unit_address(ctx.unit_name) or "", opts)
+    write_output(ctx, ctx.read().unit_address(ctx.unit_name) or "", opts)
 
 
 # -- application-version-set -----------------------------------------------------
@@ -638,7 +661,7 @@ def cmd_is_leader(ctx, opts, args):
     if args:
         raise Usage(f"unrecognized args: {json.dumps(args)}")
     m = ctx.read()
-    write_output(m.app(ctx.app_name).get("leader") == ctx.unit_name, opts)
+    write_output(ctx, m.app(ctx.app_name).get("leader") == ctx.unit_name, opts)
 
 
 @command("leader-get", [FORMAT, OUTPUT], "[<key>]", "Print application leadership settings.")
@@ -647,9 +670,9 @@ def cmd_leader_get(ctx, opts, args):
         raise Usage(f"unrecognized args: {json.dumps(args[1:])}")
     settings = ctx.read().app(ctx.app_name).get("leader-settings", {})
     if args and args[0] != "-":
-        write_output(settings.get(args[0]), opts)
+        write_output(ctx, settings.get(args[0]), opts)
     else:
-        write_output(settings, opts)
+        write_output(ctx, settings, opts)
 
 
 @command("leader-set", [], "<key>=<value> [...]", "Write application leadership settings.")
@@ -693,7 +716,7 @@ def cmd_goal_state(ctx, opts, args):
                              "since": now()}
         for u in m.counterparts(rel, ctx.unit_name):
             entry[u] = st(u)
-    write_output(value, opts)
+    write_output(ctx, value, opts)
 
 
 # -- ports ---------------------------------------------------------------------
@@ -765,7 +788,7 @@ def cmd_opened_ports(ctx, opts, args):
             if p not in ports:
                 ports.append(p)
         ports = [p for p in ports if p not in rec.get("ports", {}).get("close", [])]
-    write_output(ports, opts)
+    write_output(ctx, ports, opts)
 
 
 # -- actions / reboot: not available in the sandbox hooks -------------------------
@@ -827,10 +850,13 @@ def _log_invocation(env, name, argv, rc):
         pass
 
 
-def run(name: str, argv: list[str], env=None) -> int:
+def run(name: str, argv: list[str], env=None, caller: Caller | None = None) -> int:
+    """Run hook tool `name` with `argv` for the hook whose environment is
+    `env`; its output goes to `caller`'s streams. Returns the exit code."""
     env = os.environ if env is None else env
+    caller = caller or Caller()
     if name not in COMMANDS:
-        sys.stderr.write(f'ERROR unknown command "{name}"\n')
+        caller.stderr.write(f'ERROR unknown command "{name}"\n')
         return 2
     fn, flags = COMMANDS[name]
     rc = 0
@@ -838,32 +864,38 @@ def run(name: str, argv: list[str], env=None) -> int:
         try:
             opts, args = parse_args(argv, flags)
         except HelpRequested:
-            sys.stdout.write(help_text(name, flags))
+            caller.stdout.write(help_text(name, flags))
             return 0
         if "format" in opts and fn not in (cmd_relation_set, cmd_juju_log,
                                            cmd_open_port, cmd_close_port):
             check_format(opts["format"])
-        ctx = Context(env)
+        ctx = Context(env, caller)
         fn(ctx, opts, args)
     except Usage as e:
-        sys.stderr.write(f"ERROR {e}\n")
+        caller.stderr.write(f"ERROR {e}\n")
         rc = 2
     except (Failure, ModelError) as e:
-        sys.stderr.write(f"ERROR {e}\n")
+        caller.stderr.write(f"ERROR {e}\n")
         rc = 1
     finally:
-        sys.stdout.flush()
+        caller.stdout.flush()
+        caller.stderr.flush()
         _log_invocation(env, name, argv, rc)
     return rc
 
 
-def main(argv=None) -> int:
-    argv = sys.argv if argv is None else argv
+def dispatch(argv: list[str]) -> tuple[str, list[str]]:
+    """(tool name, its arguments) from a command line: the tool is argv[0]'s
+    basename (a symlink to jujuc), or `jujuc TOOL ...`."""
     name = os.path.basename(argv[0])
-    if name in ("jujuc", "hooktools.py", "_sandbox_juju_hooktools.py") and len(argv) > 1:
-        # `jujuc relation-get ...` also works
-        name, argv = argv[1], argv[1:]
-    return run(name, list(argv[1:]))
+    if name in ("jujuc", "hooktools.py") and len(argv) > 1:
+        return argv[1], list(argv[2:])
+    return name, list(argv[1:])
+
+
+def main(argv=None) -> int:
+    name, args = dispatch(sys.argv if argv is None else argv)
+    return run(name, args)
 
 
 if __name__ == "__main__":
