@@ -156,14 +156,14 @@ class AgentSocket:
     def start(self) -> "AgentSocket":
         if os.path.exists(self.path):
             os.unlink(self.path)
-        # bind() takes at most 107 bytes of path: bind the basename from its directory
-        here = os.open(".", os.O_RDONLY)
+        # bind() takes at most 107 bytes of path: name the directory through
+        # an open descriptor of it (no chdir: other threads rely on the cwd)
+        directory = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
         try:
-            os.chdir(os.path.dirname(self.path))
-            self._server = _Server(os.path.basename(self.path), _Handler)
+            self._server = _Server(f"/proc/self/fd/{directory}/{os.path.basename(self.path)}",
+                                   _Handler)
         finally:
-            os.fchdir(here)
-            os.close(here)
+            os.close(directory)
         self._server.stats = self.stats
         os.chmod(self.path, 0o600)
         self._thread = threading.Thread(target=self._server.serve_forever,

@@ -16,6 +16,7 @@ Python that has PyYAML (the interpreter is chosen by the controller).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -209,8 +210,15 @@ class Context:
     def read(self) -> Model:
         return Model(self.state.read())
 
+    @contextlib.contextmanager
     def transaction(self):
-        return self.state.transaction()
+        """The state, to change under the writers' lock. A call from a hook
+        that has ended (killed while the call was on its way) changes
+        nothing: its context is gone, as in Juju."""
+        with self.state.transaction() as data:
+            if self.context_id and self.context_id not in data.get("contexts", {}):
+                raise Failure(f"hook context {self.context_id!r} has ended")
+            yield data
 
     def hook_context(self, data: dict) -> dict | None:
         if not self.context_id:

@@ -61,42 +61,38 @@ static int append(char **buf, size_t *len, size_t *cap, const void *data, size_t
     return 0;
 }
 
-/* Connect to a socket path of any length: connect to its basename from its
- * directory (sun_path holds 108 bytes), then return to where we were. */
+/* Connect to a socket path of any length (sun_path holds 108 bytes): name
+ * its directory through an open descriptor, /proc/self/fd/N/BASENAME. */
 static int connect_agent(const char *address) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int dir = -1, rc = -1;
     char *copy_dir = strdup(address), *copy_base = strdup(address);
     if (!copy_dir || !copy_base)
-        return -1;
-    const char *dir = dirname(copy_dir), *base = basename(copy_base);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int here = -1, rc = -1;
+        goto out;
     if (strlen(address) < sizeof sa.sun_path) {
         strcpy(sa.sun_path, address);
-    } else if (strlen(base) < sizeof sa.sun_path) {
-        here = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (here < 0 || chdir(dir) != 0)
-            goto out;
-        strcpy(sa.sun_path, base);
     } else {
-        errno = ENAMETOOLONG;
-        goto out;
+        dir = open(dirname(copy_dir), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0)
+            goto out;
+        int n = snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dir,
+                         basename(copy_base));
+        if (n < 0 || (size_t)n >= sizeof sa.sun_path) {
+            errno = ENAMETOOLONG;
+            goto out;
+        }
     }
     rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
-out:
-    if (here >= 0) {
-        int saved = errno;
-        if (fchdir(here) != 0 && rc == 0)
-            rc = -1;
-        close(here);
-        errno = saved;
-    }
+out:;
+    int saved = errno;
+    if (dir >= 0)
+        close(dir);
     free(copy_dir);
     free(copy_base);
     if (rc != 0) {
-        int saved = errno;
         close(fd);
         errno = saved;
         return -1;
