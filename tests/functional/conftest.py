@@ -6,8 +6,8 @@ etcd and CNI plugins, and the Go-built flanneld, flannel plugin and cnitool
 `pytestmark = pytest.mark.functional`: select them with `-m functional`,
 leave them out with `-m "not functional"`.
 
-Session fixtures: the built charm (scripts/build-charm, or
-$FLANNEL_BUILT_CHARM), the resource tarball (sandbox.resource, cached) and
+Session fixtures: the built charm (tests/conftest.py), the resource
+tarball (sandbox.resource, cached) and
 `open_cluster`, which starts a sandbox Cluster and records its phase timings
 for the summary printed at the end of the session. The session ends with a
 check that the host is clean (no flsb- namespaces, no etcd/flanneld or
@@ -18,8 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -104,26 +102,6 @@ def clean_host():
     yield
     left = host_leftovers()
     assert not left, "the functional tests left these on the host:\n  " + "\n  ".join(left)
-
-
-@pytest.fixture(scope="session")
-def built_charm(tmp_path_factory) -> Path:
-    """The built charm dir: $FLANNEL_BUILT_CHARM, else scripts/build-charm
-    into a temporary dir (about a second with a cached wheelhouse)."""
-    given = os.environ.get("FLANNEL_BUILT_CHARM")
-    if given:
-        path = Path(given)
-        if not (path / "metadata.yaml").is_file():
-            pytest.fail(f"FLANNEL_BUILT_CHARM={given} is not a built charm dir")
-        return path
-    outdir = tmp_path_factory.mktemp("build")
-    started = time.monotonic()
-    run = subprocess.run([str(REPO / "scripts" / "build-charm"), str(outdir)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if run.returncode != 0:
-        pytest.fail("scripts/build-charm failed:\n" + run.stdout[-4000:])
-    say(f"built the charm in {time.monotonic() - started:.1f}s: {outdir / 'flannel'}")
-    return outdir / "flannel"
 
 
 @pytest.fixture(scope="session")

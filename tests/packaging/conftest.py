@@ -8,15 +8,14 @@
   Endpoint machinery with the sandbox's own hook tools, the interface
   layers installed as $CHARM_DIR/hooks/relations/<interface> exactly as
   charm-build lays them out.
-- ``built_charm``: the built charm dir: $FLANNEL_BUILT_CHARM if set (tox -e
-  build sets it after running scripts/build-charm), else a fresh
-  scripts/build-charm into a temporary dir (minutes on a cold cache).
+- ``built_charm`` (tests/conftest.py): the built charm dir: $FLANNEL_BUILT_CHARM
+  if set (tox -e build sets it after running scripts/build-charm), else a
+  fresh scripts/build-charm into a temporary dir (minutes on a cold cache).
 """
 
 import importlib
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -254,24 +253,3 @@ def juju(reactive, charm_dir, tmp_path, monkeypatch):
 @pytest.fixture
 def flag(reactive):
     return reactive.is_flag_set
-
-
-@pytest.fixture(scope="session")
-def built_charm(tmp_path_factory):
-    """The built charm dir (OUTDIR/flannel); builds one if none was given."""
-    given = os.environ.get("FLANNEL_BUILT_CHARM")
-    if given:
-        path = Path(given)
-        if not (path / "metadata.yaml").is_file():
-            pytest.fail("FLANNEL_BUILT_CHARM={} is not a built charm dir".format(given))
-        return path
-    cache = Path(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"))
-    tools = cache / "charm-tools" / "bin" / "charm-build"
-    if not (tools.exists() or shutil.which("charm-build")):
-        pytest.skip("charm-tools is not installed (scripts/setup-host)")
-    outdir = tmp_path_factory.mktemp("build")
-    run = subprocess.run([str(REPO / "scripts" / "build-charm"), str(outdir)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if run.returncode != 0:
-        pytest.fail("scripts/build-charm failed:\n" + run.stdout[-4000:])
-    return outdir / "flannel"
