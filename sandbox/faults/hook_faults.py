@@ -41,13 +41,18 @@ import tarfile
 import time
 from pathlib import Path
 
+from sandbox import profile
 from sandbox.cluster import CNI_RELATION, FLANNEL, ClusterError
 from sandbox.faults.core import CHARM_DIRS, CHARM_FILES, WORKER_BIN, FaultBench, Outcome, row
 
 KILL_STEP_ENV = "FLANNEL_FAULT_KILL_STEP_MS"
 # Rounds per row in CI (each round kills the hook on every unit once):
 # install and stop cost a remove/add cycle a round (~20 s), the others ~5 s.
+# The everyday profile (sandbox.profile) plays one round a hook, two for the
+# hooks that do most, whose kills cost a few seconds each.
 KILL_ROUNDS = {"install": 2, "config-changed": 4, "upgrade-charm": 4, "stop": 2}
+EVERYDAY_KILL_ROUNDS = {"install": 1, "config-changed": 2, "upgrade-charm": 2, "stop": 1}
+MISSED_KILL_RETRIES = 2
 RECOVER_TIMEOUT = 180.0
 
 
@@ -55,7 +60,8 @@ RECOVER_TIMEOUT = 180.0
 
 def kill_offsets(duration: float, kills_per_round: int, hook: str) -> list[list[float]]:
     """Offsets (seconds) into the hook, grouped per round, spread evenly over
-    (0, duration): the CI default is KILL_ROUNDS[hook] rounds, or one offset
+    (0, duration): KILL_ROUNDS[hook] rounds (EVERYDAY_KILL_ROUNDS in the everyday
+    profile, sandbox.profile), or one offset
     every $FLANNEL_FAULT_KILL_STEP_MS. Round r kills unit i at offset
     r + i * rounds of the sorted list, so every round reaches into the
     whole run."""
@@ -63,7 +69,8 @@ def kill_offsets(duration: float, kills_per_round: int, hook: str) -> list[list[
     if step_ms:
         total = max(1, math.ceil(duration * 1000 / float(step_ms)))
     else:
-        total = KILL_ROUNDS[hook] * kills_per_round
+        per_hook = KILL_ROUNDS if profile.current() == profile.FULL else EVERYDAY_KILL_ROUNDS
+        total = per_hook[hook] * kills_per_round
     rounds = math.ceil(total / kills_per_round)
     total = rounds * kills_per_round
     offsets = [duration * (k + 0.5) / total for k in range(total)]
@@ -87,10 +94,13 @@ def _errored(bench: FaultBench) -> list[str]:
 
 
 def _check_kills(bench: FaultBench, since: int, hook: str, label: str,
-                 statuses: dict[str, str]) -> tuple[list[str], list[str]]:
-    """(what was killed, problems): every killed hook must show as failed."""
-    killed, problems = [], []
+                 statuses: dict[str, str]) -> tuple[list[str], dict[str, float], list[str]]:
+    """(what was killed, unit -> how long its hook ran where the kill missed
+    it, problems): every killed hook must show as failed."""
+    killed, missed, problems = [], {}, []
     for run in _hook_runs(bench, since, hook):
+        if run.kill_missed:
+            missed[run.unit] = run.duration
         if run.killed_after is None:
             continue
         killed.append(f"{run.unit}@{run.killed_after:.2f}s")
@@ -101,7 +111,12 @@ def _check_kills(bench: FaultBench, since: int, hook: str, label: str,
     left = bench.ctl.cancel_kills()
     if left:
         problems.append(f"{label}: armed kills never fired: {left}")
-    return killed, problems
+    return killed, missed, problems
+
+
+def _by_index(units: list[str], missed: dict[str, float]) -> dict[int, float]:
+    """unit -> seconds its hook ran, as the index of each unit in `units`."""
+    return {i: missed[u] for i, u in enumerate(units) if u in missed}
 
 
 def _round_checks(bench: FaultBench, label: str) -> list[str]:
@@ -186,24 +201,44 @@ def _estimate(bench: FaultBench, hook: str, unit: str | None = None) -> float:
 def _sweep(bench: FaultBench, name: str, hook: str, duration: float, kill_round) -> Outcome:
     """Play kill_round(offsets) for every round; returns the row's outcome
     (recovery: the worst round's). The offsets are fractions of the hook's
-    duration, measured again before each round (_estimate)."""
+    duration, measured again before each round (_estimate); offsets[i] is
+    for the i-th unit, None for none. A kill the hook outran (it ended
+    first: the load changed) is tried again at an offset scaled to the run
+    it missed, up to MISSED_KILL_RETRIES times; the row says how many of
+    its kills landed."""
     units = len(bench.cluster.worker_machines())
     rounds = kill_offsets(1.0, units, hook) if not os.environ.get(KILL_STEP_ENV) else \
         [[o / duration for o in r] for r in kill_offsets(duration, units, hook)]
     bench.say(f"   {hook} takes {duration:.2f}s: {len(rounds)} rounds of {units} kills, at "
               f"{', '.join(f'{o:.0%}' for r in rounds for o in r)} of its run")
     problems, worst, killed = [], 0.0, []
-    for n, fractions in enumerate(rounds, 1):
+    armed = 0
+    todo = [(list(fractions), 0) for fractions in rounds]
+    n = 0
+    while todo:
+        fractions, attempt = todo.pop(0)
+        n += 1
         now = _estimate(bench, hook)
-        offsets = [f * now for f in fractions]
-        label = f"round {n} ({'/'.join(f'{o:.2f}s' for o in offsets)} of {now:.2f}s)"
-        took, hit, found = kill_round(offsets, label)
+        offsets = [None if f is None else f * now for f in fractions]
+        armed += sum(o is not None for o in offsets)
+        label = (f"round {n} ({'/'.join('-' if o is None else f'{o:.2f}s' for o in offsets)}"
+                 f" of {now:.2f}s{', again' if attempt else ''})")
+        took, hit, missed, found = kill_round(offsets, label)
         for problem in found:
             bench.say(f"   PROBLEM {problem}")
         worst = max(worst, took)
         killed += hit
         problems += found
-    bench.say(f"   killed: {', '.join(killed) or 'nothing'}")
+        if missed and attempt < MISSED_KILL_RETRIES:
+            # unit i's hook ended after missed[i] seconds, before its kill at
+            # offsets[i]: aim at the same point of a run that short
+            again = [None if i not in missed else
+                     fractions[i] * min(1.0, missed[i] / offsets[i]) * 0.9
+                     for i in range(len(fractions))]
+            bench.say(f"   {len(missed)} kill(s) missed their hook: trying again")
+            todo.insert(0, (again, attempt + 1))
+    bench.say(f"   kills landed: {len(killed)} of {armed} armed "
+              f"({', '.join(killed) or 'none'})")
     if not killed:
         problems.append(f"no {hook} hook was killed: the sweep tested nothing")
     return bench.outcome(name, worst, problems)
@@ -217,15 +252,15 @@ def _kill_existing_units(bench: FaultBench, hook: str, trigger):
         units = bench.cluster.flannel_units()
         everyone = _estimate(bench, hook)
         for unit, offset in zip(units, offsets):
-            # the same fraction of this unit's own run
-            ctl.kill_hook_after(unit, hook, offset * _estimate(bench, hook, unit) / everyone)
+            if offset is not None:  # the same fraction of this unit's own run
+                ctl.kill_hook_after(unit, hook, offset * _estimate(bench, hook, unit) / everyone)
         since = len(ctl.hook_log)
         trigger()
         bench.cluster.settle()
         statuses = bench.observe(f"{label}")
-        hit, problems = _check_kills(bench, since, hook, label, statuses)
+        hit, missed, problems = _check_kills(bench, since, hook, label, statuses)
         took = bench.recover(timeout=RECOVER_TIMEOUT)
-        return took, hit, problems + _round_checks(bench, label)
+        return took, hit, _by_index(units, missed), problems + _round_checks(bench, label)
     return kill_round
 
 
@@ -240,15 +275,18 @@ def install_killed(bench: FaultBench) -> Outcome:
         cluster.remove_cni_relation()
         problems = [f"{label}: before the kill: {p}" for p in bench.lost_worker_files()]
         first = ctl.model().app(FLANNEL)["next-unit"]
-        for i, offset in enumerate(offsets):
-            ctl.kill_hook_after(f"{FLANNEL}/{first + i}", "install", offset)
+        units = [f"{FLANNEL}/{first + i}" for i in range(len(offsets))]
+        for unit, offset in zip(units, offsets):
+            if offset is not None:
+                ctl.kill_hook_after(unit, "install", offset)
         since = len(ctl.hook_log)
         ctl.add_relation(*CNI_RELATION)
         cluster.settle()
         statuses = bench.observe(label)
-        hit, found = _check_kills(bench, since, "install", label, statuses)
+        hit, missed, found = _check_kills(bench, since, "install", label, statuses)
         took = bench.recover(timeout=RECOVER_TIMEOUT)
-        return took, hit, problems + found + _round_checks(bench, label)
+        return (took, hit, _by_index(units, missed),
+                problems + found + _round_checks(bench, label))
     return _sweep(bench, "4a install killed (SIGKILL sweep)", "install", duration, kill_round)
 
 
@@ -302,13 +340,15 @@ def stop_killed(bench: FaultBench) -> Outcome:
     bench.recover(timeout=RECOVER_TIMEOUT)
 
     def kill_round(offsets, label):
-        for unit, offset in zip(cluster.flannel_units(), offsets):
-            ctl.kill_hook_after(unit, "stop", offset)
+        units = cluster.flannel_units()
+        for unit, offset in zip(units, offsets):
+            if offset is not None:
+                ctl.kill_hook_after(unit, "stop", offset)
         since = len(ctl.hook_log)
         ctl.remove_relation(*CNI_RELATION)
         cluster.settle()
         statuses = bench.observe(label)
-        hit, problems = _check_kills(bench, since, "stop", label, statuses)
+        hit, missed, problems = _check_kills(bench, since, "stop", label, statuses)
         took = _resolve_until_gone(bench)
         problems += [f"{label}: {p}" for p in bench.lost_worker_files()]
         problems += [f"{label}: after the killed stop and its re-run, {m} keeps {x}"
@@ -317,7 +357,7 @@ def stop_killed(bench: FaultBench) -> Outcome:
         ctl.add_relation(*CNI_RELATION)
         cluster.settle()
         bench.recover(timeout=RECOVER_TIMEOUT)
-        return took, hit, problems + _round_checks(bench, label)
+        return took, hit, _by_index(units, missed), problems + _round_checks(bench, label)
     outcome = _sweep(bench, "4d stop killed (SIGKILL sweep)", "stop", duration, kill_round)
     outcome.problems[:0] = baseline
     return outcome

@@ -65,6 +65,7 @@ class HookRun:
     stderr_tail: str = ""
     started_at: float = 0.0
     killed_after: float | None = None  # SIGKILLed this many seconds in (kill_after)
+    kill_missed: bool = False           # a kill was armed, but the hook ended first
 
     @property
     def ok(self) -> bool:
@@ -266,7 +267,9 @@ class UnitAgent:
                       remote_app=rel_env.get("JUJU_REMOTE_APP") or None,
                       departing_unit=rel_env.get("JUJU_DEPARTING_UNIT") or None,
                       stdout_tail=tail(stdout), stderr_tail=tail(stderr), started_at=started,
-                      killed_after=killed_after)
+                      killed_after=killed_after,
+                      kill_missed=(kill_after is not None and killed_after is None
+                                   and rc != -signal.SIGKILL))
         if NO_CHARM_MARK in wrapper_out:
             run.exit_code = 1
             missing = f"charm directory {unit['charm-dir']} is missing\n".encode()
@@ -280,7 +283,8 @@ class UnitAgent:
     def _run_killed(self, executor, argv, env, kill_after: float, t0: float):
         """Start the hook in a process group of its own, SIGKILL the group
         kill_after seconds after t0 (unless it ended before). Returns
-        (exit code, wrapper stdout, wrapper stderr, seconds when killed or None)."""
+        (exit code, wrapper stdout, wrapper stderr, seconds when killed, or
+        None when the kill missed: the hook had ended)."""
         if not hasattr(executor, "popen"):
             raise TypeError(f"{executor!r} cannot run a hook to kill it (no popen)")
         proc = executor.popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -294,14 +298,16 @@ class UnitAgent:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            killed_after = time.monotonic() - t0
+            when = time.monotonic() - t0
             out, err = proc.communicate()
             if kill_after > self.timeout:
-                killed_after = None
                 err = (err or b"") + f"hook timed out after {self.timeout}s".encode()
-            else:
+            elif proc.returncode == -signal.SIGKILL:
+                # (the hook's shell is the process: nsenter and unshare exec it)
+                killed_after = when
                 err = (err or b"") + (f"sandbox: hook killed (SIGKILL to its process group) "
                                       f"after {killed_after:.3f}s\n").encode()
+            # else the hook exited between the deadline and the kill: missed
         return proc.returncode, out or b"", err or b"", killed_after
 
     def _log_output(self, unit, hook, stdout: bytes, stderr: bytes, run: HookRun) -> None:

@@ -8,6 +8,7 @@ seeded by virtualenv 21).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,12 @@ def test_a_fresh_tox_env_imports_charms_reactive(tmp_path):
     for name in ("tox.ini", "requirements-dev.txt"):
         copy.mkdir(exist_ok=True)
         shutil.copy(REPO / name, copy / name)
-    made = subprocess.run([str(tox), "-e", "unit", "--notest"], cwd=copy, text=True,
+    # Under `tox -e build` the outer tox's variables would steer this one
+    # (tox 4 reads TOX_WORK_DIR and friends as options): a fresh shell's view.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TOX_") and k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    made = subprocess.run([str(tox), "--workdir", str(copy / ".tox"), "-e", "unit", "--notest"],
+                          cwd=copy, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
     if made.returncode != 0 and "Could not find a version" in made.stdout:
         pytest.skip("no package index reachable")

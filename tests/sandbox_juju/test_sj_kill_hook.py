@@ -4,11 +4,11 @@ under it would leave it (issue 11, row 4)."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
 from sandbox.juju import ModelError
+from sandbox.waiting import wait_for
 
 
 def _alive(pid: int) -> bool:
@@ -20,37 +20,30 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_dead(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+def _wait_dead(pid: int, timeout: float = 30.0) -> bool:
+    return bool(wait_for(lambda: not _alive(pid), timeout, interval=0.02))
 
 
 def test_a_killed_hook_fails_and_resolve_reruns_it(cluster):
     ctl, out = cluster.ctl, cluster.out
     # The hook starts a helper in its own process group's reach (a child), a
     # daemon in a session of its own (as systemctl starts flanneld), writes
-    # "begun", then would take a minute to write "done".
+    # "begun", then would take ten minutes to write "done".
     cluster.script("install", f"""
         echo begun >> {out}/install
-        sleep 60 & echo $! > {out}/child
-        setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {out}/daemon
-        if [ ! -e {out}/fast ]; then sleep 60; fi
+        sleep 600 & echo $! > {out}/child
+        setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {out}/daemon
+        if [ ! -e {out}/fast ]; then sleep 600; fi
         echo done >> {out}/install
     """)
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
-    ctl.kill_hook_after("flannel/0", "install", 2.0)
-    assert ctl.pending_kills() == {("flannel/0", "install"): 2.0}
-    started = time.monotonic()
+    ctl.kill_hook_after("flannel/0", "install", 5.0)
+    assert ctl.pending_kills() == {("flannel/0", "install"): 5.0}
     ctl.settle()
-    # (generous bounds for a loaded host: uncut, the hook would run a minute)
-    assert time.monotonic() - started < 40, "the kill did not cut the hook short"
     run = [r for r in ctl.hook_log if r.unit == "flannel/0"][-1]
-    assert (run.hook, run.exit_code) == ("install", -9)
-    assert 2.0 <= run.killed_after < 40
+    # cut short by the kill (SIGKILL's exit status, nothing after the sleep ran)
+    assert (run.hook, run.exit_code, run.kill_missed) == ("install", -9, False)
+    assert run.killed_after >= 5.0
     assert "hook killed (SIGKILL to its process group)" in run.stderr_tail
     assert cluster.read_out("install") == "begun\n"
     # the whole process group died with it; the daemon in its own session did not
@@ -85,14 +78,13 @@ def test_a_hook_that_ends_before_the_kill_is_left_alone(cluster):
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
     ctl.settle()
     cluster.script("config-changed", f"echo ran >> {cluster.out}/cc\n")
-    ctl.kill_hook_after("flannel/0", "config-changed", 30)
+    ctl.kill_hook_after("flannel/0", "config-changed", 300)
     ctl.config("flannel", cidr="10.2.0.0/16")
-    started = time.monotonic()
     ctl.settle()
-    assert time.monotonic() - started < 20
     run = ctl.hook_log[-1]
     assert (run.unit, run.hook, run.exit_code, run.killed_after) == \
         ("flannel/0", "config-changed", 0, None)
+    assert run.kill_missed   # what a fault sweep counts, and tries again
     assert ctl.pending_kills() == {}
     assert ctl.unit("flannel/0")["agent"]["status"] == "idle"
 
@@ -125,19 +117,20 @@ def test_a_hook_killed_inside_a_sandbox_machine(world, tmp_path):
         ctl.deploy("flannel", world.charm())
         world.script("install", f"""
             echo begun >> {out}/install
-            sleep 60 & echo $! > {out}/child
-            if [ ! -e {out}/fast ]; then sleep 60; fi
+            sleep 600 & echo $! > {out}/child
+            if [ ! -e {out}/fast ]; then sleep 600; fi
             echo done >> {out}/install
         """)
-        ctl.kill_hook_after("flannel/0", "install", 2.0)
+        ctl.kill_hook_after("flannel/0", "install", 5.0)
         ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
         ctl.settle()
         run = ctl.hook_log[-1]
         assert (run.unit, run.hook, run.exit_code) == ("flannel/0", "install", -9)
-        assert run.duration < 20
+        assert world.read_out("install") == "begun\n"
         assert _wait_dead(int(world.read_out("child")))
         assert ctl.unit("flannel/0")["agent"]["message"] == 'hook failed: "install"'
-        assert m.pids_of("sleep") == []   # nothing of the hook's lives on in the machine
+        # nothing of the hook's lives on in the machine
+        assert wait_for(lambda: m.pids_of("sleep") == [], 30)
         (out / "fast").write_text("")
         ctl.resolve("flannel/0")
         ctl.settle()
