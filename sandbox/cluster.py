@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -408,6 +409,32 @@ class Cluster:
 
     def flanneld_pids(self, machine: str) -> list[int]:
         return self.machines[machine].pids_of("flanneld")
+
+    def machine_of(self, unit: str) -> str:
+        """The name of the machine `unit` runs on."""
+        mid = self.controller.unit(unit).get("machine")
+        for name, known in self.machine_ids.items():
+            if known == mid:
+                return name
+        raise ClusterError(f"{unit} is on no sandbox machine")
+
+    def unit_kv(self, unit: str) -> dict:
+        """The unit's charmhelpers unitdata ($CHARM_DIR/.unit-state.db, read
+        as charms.reactive reads it): the reactive flags as
+        "reactive.states.<flag>" keys, and the charm's own keys."""
+        charm_dir = self.controller.unit(unit)["charm-dir"]
+        data = self.machines[self.machine_of(unit)].read_file(f"{charm_dir}/.unit-state.db")
+        if not data:
+            return {}
+        with tempfile.NamedTemporaryFile(suffix=".db") as copy:
+            copy.write(data)
+            copy.flush()
+            conn = sqlite3.connect(copy.name)
+            try:
+                rows = conn.execute("select key, data from kv").fetchall()
+            finally:
+                conn.close()
+        return {key: json.loads(value) for key, value in rows}
 
     def etcd_values(self, prefix: str = NETWORK_PREFIX) -> dict[str, str]:
         """Every key under `prefix` in the sandbox etcd, read with etcd3gw from

@@ -20,9 +20,10 @@ from sandbox.waiting import wait_for
 
 M1 = "m1"
 SERVICE = "flannel.service"
-# flannel.service's RestartSec= (templates/flannel.service) and some slack for
-# a loaded host: how long systemd's Restart= may take to bring flanneld back.
-RESTART_WITHIN = 5.0 + 20.0
+# How long to wait for systemd's Restart= to bring flanneld back (RestartSec=
+# is 5 s, templates/flannel.service): a bound for a hang, not a speed goal;
+# the time it took is printed.
+RESTART_WITHIN = 120.0
 BROKEN_FLANNELD = b"#!/bin/sh\necho 'flanneld: broken build, exiting' >&2\nexit 1\n"
 
 
@@ -94,6 +95,7 @@ def flanneld_killed(bench: FaultBench) -> Outcome:
     for pid in old:
         os.kill(pid, signal.SIGKILL)
     bench.say(f"   killed flanneld {old} on {M1}")
+    killed_at = time.monotonic()
     bench.observe("flanneld killed")
     back = wait_for(lambda: [p for p in cluster.flanneld_pids(M1) if p not in old],
                     RESTART_WITHIN)
@@ -101,7 +103,8 @@ def flanneld_killed(bench: FaultBench) -> Outcome:
         problems.append(f"systemd's Restart= did not bring flanneld back within "
                         f"{RESTART_WITHIN:.0f}s")
     else:
-        bench.say(f"   flanneld back as {back} by Restart=")
+        bench.say(f"   flanneld back as {back} by Restart= after "
+                  f"{time.monotonic() - killed_at:.1f}s")
     # 2. killed again, and update-status comes before Restart= does: the
     # status must not claim a running flanneld that is not there.
     since = len(bench.ctl.hook_log)

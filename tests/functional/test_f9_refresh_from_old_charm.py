@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import stat
-import tempfile
 
 import pytest
 from functional_kit import (all_plugin_bytes, allocation_tables, member, plugin_differences,
@@ -57,19 +55,9 @@ def exists(cluster, machine, path):
 
 def unit_flags(cluster, unit):
     """The reactive flags in the unit's state DB (read as charms.reactive does)."""
-    charm_dir = cluster.controller.unit(unit)["charm-dir"]
-    machine = next(m for m in MACHINES if cluster.unit_on(m) == unit)
-    data = cluster.machines[machine].read_file(f"{charm_dir}/.unit-state.db")
-    assert data, f"{unit} has no state DB in {charm_dir}"
-    with tempfile.NamedTemporaryFile(suffix=".db") as copy:
-        copy.write(data)
-        copy.flush()
-        conn = sqlite3.connect(copy.name)
-        try:
-            rows = conn.execute("select key from kv where key like 'reactive.states.%'")
-            return {key[len("reactive.states."):] for (key,) in rows.fetchall()}
-        finally:
-            conn.close()
+    kv = cluster.unit_kv(unit)
+    assert kv, f"{unit} has no state DB"
+    return {key[len("reactive.states."):] for key in kv if key.startswith("reactive.states.")}
 
 
 def leases(cluster):
