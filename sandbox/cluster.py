@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,11 +44,12 @@ from sandbox.juju import (Controller, EtcdApp, KubernetesWorkerApp, OpsKubernete
                           OpsKubernetesWorkerApp)
 from sandbox.machine import Machine
 from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
-                             list_netns, owner_alive, ping_from_netns, run, state_root)
+                             list_netns, owner_alive, ping_loop, run, state_root)
 from sandbox.pki import make_pki
 from sandbox.cri import CriPod, cri_leftovers
 from sandbox.pod import Pod, PodFailed
 from sandbox.resource import host_arch
+from sandbox.waiting import wait_for
 
 FLANNEL = "flannel"
 WORKER = "kubernetes-worker"
@@ -467,37 +469,69 @@ class Cluster:
 
 
 class Pinger:
-    """Background pings from a pod's namespace (see Cluster.pinging)."""
+    """Background pings from a pod's namespace (see Cluster.pinging): one
+    process for the whole run (network.ping_loop). An echo counts as lost
+    only if no reply ever came (a reply a loaded host delays still counts);
+    `longest_outage` is the longest run of echoes in a row that got none."""
 
     def __init__(self, netns: str, address: str, interval: float = 0.5):
         self.netns, self.address, self.interval = netns, address, interval
-        self.sent = self.answered = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._sent: list[int] = []
+        self._answered: set[int] = set()
+        self._proc = None
+        self._reader = None
+
+    @property
+    def sent(self) -> int:
+        return len(self._sent)
+
+    @property
+    def answered(self) -> int:
+        return len(self._answered)
 
     @property
     def lost(self) -> int:
         return self.sent - self.answered
 
-    def _loop(self) -> None:
-        while True:
-            try:
-                self.answered += ping_from_netns(self.netns, self.address, count=1, wait=1.0)
-            except Exception:
-                pass
-            self.sent += 1
-            if self._stop.wait(self.interval):
-                return
+    @property
+    def longest_outage(self) -> int:
+        longest = run_length = 0
+        for seq in self._sent:
+            run_length = 0 if seq in self._answered else run_length + 1
+            longest = max(longest, run_length)
+        return longest
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            kind, _, seq = line.partition(" ")
+            if kind == "s":
+                self._sent.append(int(seq))
+            elif kind == "a":
+                self._answered.add(int(seq))
 
     def start(self) -> None:
-        self._thread.start()
+        self._proc = ping_loop(self.netns, self.address, self.interval)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        # at least one echo is on its way before the block runs
+        wait_for(lambda: self._sent or self._proc.poll() is not None, 30, interval=0.02)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        try:
+            self._proc.stdin.write("stop\n")
+            self._proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._reader.join()
 
     def __str__(self) -> str:
-        return f"{self.answered}/{self.sent} echoes to {self.address} answered"
+        return (f"{self.answered}/{self.sent} echoes to {self.address} answered"
+                f" (longest outage {self.longest_outage})")
 
 
 def host_leftovers() -> list[str]:

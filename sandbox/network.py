@@ -424,6 +424,63 @@ print(count, received)
 """
 
 
+# A ping that runs until told to stop (a line or EOF on stdin): one echo
+# every INTERVAL seconds; prints "s SEQ" when it sends and "a SEQ" when SEQ is
+# answered, however late; after the stop, waits GRACE seconds for late replies.
+_PING_LOOP = r"""
+import os, select, socket, struct, sys, time
+dst, interval, grace = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+ident = os.getpid() & 0xffff
+sent, answered, seq = set(), set(), 0
+next_send, stop_at = time.monotonic(), None
+def say(text):
+    sys.stdout.write(text + "\n"); sys.stdout.flush()
+while True:
+    now = time.monotonic()
+    if stop_at is None and now >= next_send:
+        seq += 1
+        hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq & 0xffff)
+        payload = b"flsb-ping"
+        try:
+            sock.sendto(struct.pack("!BBHHH", 8, 0, csum(hdr + payload), ident, seq & 0xffff)
+                        + payload, (dst, 0))
+        except OSError:
+            pass
+        sent.add(seq & 0xffff)
+        say("s %d" % seq)
+        next_send = max(next_send + interval, now)
+    if stop_at is not None and (now >= stop_at or answered >= sent):
+        break
+    wait = (stop_at if stop_at is not None else next_send) - now
+    ready = select.select([sock, sys.stdin], [], [], max(0.0, wait))[0]
+    if sock in ready:
+        data, addr = sock.recvfrom(2048)
+        ihl = (data[0] & 0x0f) * 4
+        typ, code, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
+        if typ == 0 and rid == ident and addr[0] == dst and rseq in sent - answered:
+            answered.add(rseq)
+            say("a %d" % rseq)
+    if sys.stdin in ready and stop_at is None:
+        sys.stdin.readline()
+        stop_at = time.monotonic() + grace
+"""
+
+
+def ping_loop(netns: str, address: str, interval: float, grace: float = 2.0) -> subprocess.Popen:
+    """Start pinging `address` from inside `netns` until a line is written
+    to the process's stdin (or it is closed); see _PING_LOOP for its output."""
+    return subprocess.Popen(["nsenter", f"--net={NETNS_DIR / netns}", "--", "python3", "-c",
+                             _PING_LOOP, address, str(interval), str(grace)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+
 def ping_from_netns(netns: str, address: str, count: int = 3, wait: float = 1.0) -> int:
     """Send `count` ICMP echo requests to `address` from inside `netns`
     (a namespace of ours); returns how many were answered."""

@@ -239,9 +239,8 @@ def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
         refresh.upgrade_flannel(resource, charm_dir=newer)
     refresh.say(f"   newer build, same flanneld: {during}")
     assert {m: refresh.flanneld_pids(m) for m in MACHINES} == pids
-    # (one echo may miss its 1 s deadline on a loaded host; the pids above
-    # are what proves flanneld stayed)
-    assert during.answered and during.lost <= 1, during
+    # every echo answered (a reply a loaded host delays still counts)
+    assert during.answered and during.lost == 0, during
     restamped = repack_resource(resource, tmp_path / "restamped",
                                 flanneld_suffix=b"\0restamped by test_f9\n")
     refresh.upgrade_flannel(restamped, charm_dir=newer)

@@ -15,6 +15,7 @@ import pytest
 
 from sandbox import network as netmod
 from sandbox.network import TestNetwork, cleanup_stale, list_netns, ping_from_netns, run
+from sandbox.waiting import wait_for
 
 pytestmark = pytest.mark.sandbox
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +46,70 @@ def test_attach_addresses_and_reachability(test_network):
     subnet = ipaddress.ip_network(net.subnet)
     assert not [a for a in root_ns_addresses() if ipaddress.ip_address(a) in subnet]
     assert "port1" not in run(["ip", "link", "show"]).stdout
+
+
+# Answers ICMP echoes after argv[1] seconds (from inside a namespace whose
+# kernel does not answer them itself).
+LATE_RESPONDER = r"""
+import select, socket, struct, sys, time
+delay = float(sys.argv[1])
+sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+due = []
+print("ready", flush=True)
+while True:
+    wait = max(0.0, due[0][0] - time.monotonic()) if due else None
+    if select.select([sock], [], [], wait)[0]:
+        data, addr = sock.recvfrom(2048)
+        icmp = data[(data[0] & 0x0f) * 4:]
+        if icmp[0] == 8:
+            reply = b"\0\0\0\0" + icmp[4:]
+            reply = reply[:2] + struct.pack("!H", csum(reply)) + reply[4:]
+            due.append((time.monotonic() + delay, reply, addr))
+    while due and due[0][0] <= time.monotonic():
+        _, reply, addr = due.pop(0)
+        sock.sendto(reply, addr)
+"""
+
+
+def test_a_pinger_counts_late_replies_and_outages(test_network):
+    """Cluster.pinging's Pinger: a reply a slow path delays is answered, not
+    lost; an echo dropped on the way is lost, and the outage is measured."""
+    from sandbox.cluster import Pinger
+    net = test_network
+    m1, m2 = net.attach("m1", kind="machine"), net.attach("m2", kind="machine")
+    # m2 answers every echo 1.5 s late (the kernel's own replies off, a
+    # responder of ours instead): past a 1 s deadline, yet answered
+    run(["ip", "netns", "exec", m2.netns, "sysctl", "-q", "net.ipv4.icmp_echo_ignore_all=1"])
+    responder = subprocess.Popen(["ip", "netns", "exec", m2.netns, sys.executable, "-c",
+                                  LATE_RESPONDER, "1.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert responder.stdout.readline() == "ready\n"
+        late = Pinger(m1.netns, m2.address, interval=0.2)
+        late.start()
+        wait_for(lambda: late.sent >= 5, 30, interval=0.05)
+        late.stop()
+    finally:
+        responder.kill()
+        responder.wait()
+    assert late.sent >= 5 and late.lost == 0, late
+    run(["ip", "netns", "exec", m2.netns, "sysctl", "-q", "net.ipv4.icmp_echo_ignore_all=0"])
+    cut = Pinger(m1.netns, m2.address, interval=0.2)
+    cut.start()
+    wait_for(lambda: cut.answered >= 3, 30, interval=0.05)
+    drop = ["ip", "netns", "exec", m2.netns, "iptables", "-I", "INPUT", "-p", "icmp", "-j", "DROP"]
+    run(drop)
+    dropped = cut.sent
+    wait_for(lambda: cut.sent >= dropped + 5, 30, interval=0.05)
+    run(["ip", "netns", "exec", m2.netns, "iptables", "-D", *drop[6:]])
+    wait_for(lambda: cut.answered >= dropped + 2, 30, interval=0.05)
+    cut.stop()
+    assert cut.lost >= 4 and cut.longest_outage >= 4, cut
+    assert cut.answered >= 5, cut
 
 
 def test_destroy_leaves_nothing(sandbox_host):
