@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 from functional_kit import deploy_and_wait, old_charm_copy
+
+from sandbox.waiting import wait_for
 
 pytestmark = pytest.mark.functional
 
@@ -77,12 +78,32 @@ def loaded_network(cluster) -> str | None:
     return names[0] if names else None
 
 
-def wait_loaded(cluster, name: str | None, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while loaded_network(cluster) != name:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"containerd loaded {loaded_network(cluster)!r}, not {name!r}")
-        time.sleep(0.2)
+def loaded_source(cluster) -> str | None:
+    """The text of the conflist containerd has loaded (None: none)."""
+    info = json.loads(runtime(cluster).crictl("info").stdout)
+    for network in info.get("cniconfig", {}).get("Networks") or []:
+        if network["Config"]["Name"] != "cni-loopback":
+            return network["Config"].get("Source")
+    return None
+
+
+def wait_loaded(cluster, name: str | None, timeout: float = 120.0) -> None:
+    if not wait_for(lambda: loaded_network(cluster) == name, timeout):
+        raise AssertionError(f"containerd loaded {loaded_network(cluster)!r}, not {name!r}")
+
+
+def wait_loaded_source(cluster, text: bytes, timeout: float = 120.0) -> None:
+    if not wait_for(lambda: (loaded_source(cluster) or "").encode() == text, timeout):
+        raise AssertionError(f"containerd loaded {loaded_source(cluster)!r}, not {text!r}")
+
+
+def wait_conf_event(cluster, mark: int, what: str, name: str, timeout: float = 120.0) -> bool:
+    """Whether containerd's conf syncer logged `what` ("ignore event",
+    "receiving change event") for file `name` after log mark `mark`."""
+    def seen():
+        return any(what in line and f"{NET_D}/{name}" in line
+                   for line in runtime(cluster).log_since(mark).splitlines())
+    return bool(wait_for(seen, timeout))
 
 
 def allocations(cluster, network: str, machine: str = "m1") -> set[str]:
@@ -108,8 +129,10 @@ def test_containerd_loads_the_first_conflist_by_name_and_follows_the_01_default_
     # symlink to the CNI charm's file) sorts before it. containerd 1.6's conf
     # syncer ignores inotify Create events (only write, rename and remove
     # reload), so the new symlink alone changes nothing ...
+    mark = runtime(cluster).log_size()
     m1.run(["ln", "-s", CONFLIST, f"{NET_D}/01-default.conflist"])
-    time.sleep(1.0)
+    assert wait_conf_event(cluster, mark, "ignore event", "01-default.conflist"), \
+        runtime(cluster).log_since(mark)[-2000:]
     assert loaded_network(cluster) == "stale"
     # ... and the next write in the directory (here someone's file rewritten
     # by rename) loads the first by name: the symlink, flannel's network.
@@ -138,8 +161,10 @@ def test_pod_of_the_old_charms_network_is_deleted_after_the_takeover(cluster):
     wait_loaded(cluster, NETWORK)
     old = cluster.start_pod("m1", runtime="cri")
     assert old.address in allocations(cluster, NETWORK)
+    mark = runtime(cluster).log_size()
     m1.run(["rm", old_conflist])   # the takeover: only the charm's conflist is left
-    time.sleep(1.0)
+    assert wait_conf_event(cluster, mark, "receiving change event", "00-old-charm.conflist")
+    wait_loaded_source(cluster, m1.read_file(CONFLIST))
     new = cluster.start_pod("m1", runtime="cri")
     cluster.say(f"old pod {old.address} (the old charm's conflist), new pod {new.address}")
     error = old.delete()
