@@ -25,6 +25,7 @@ status: every death counts as a failure), socket activation.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import select
@@ -69,6 +70,7 @@ VALUE_OPTIONS = {"-t", "--type", "--state", "-p", "--property", "-P", "--job-mod
 RESTARTING = ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog")
 STATE_DIR = "/run/sandbox-systemctl"
 SUPERVISE = "__sandbox_supervise"
+RESTART = "__sandbox_restart"   # the supervisor's start: leaves the markers alone
 POLL = 0.05
 
 
@@ -200,6 +202,21 @@ def _marker(unit: str, kind: str) -> str:
     return os.path.join(STATE_DIR, f"{unit}.{kind}")
 
 
+@contextlib.contextmanager
+def _unit_lock(unit: str):
+    """Held while a `stop` marks the unit stopped, a `start` unmarks it, and
+    the supervisor checks the mark and restarts: a stop never lands between
+    the supervisor's look and its restart (which would bring the unit back
+    after the stop), nor is its mark lost to a start finishing meanwhile."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    fd = os.open(_marker(unit, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _systemctl3_value(prop: str, unit: str) -> str:
     cp = subprocess.run([sys.executable, os.path.abspath(__file__), "show", "-p", prop, unit],
                         capture_output=True, text=True, check=False)
@@ -292,14 +309,15 @@ def supervise(unit: str) -> int:
         if policy not in RESTARTING:
             break
         time.sleep(delay)
-        if os.path.exists(stopped):
-            break
-        pid = int(_systemctl3_value("MainPID", unit) or 0)
-        if pid and _alive(pid):
-            continue  # restarted meanwhile (`systemctl restart`)
-        subprocess.run([sys.executable, os.path.abspath(__file__), "start", unit],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
+        with _unit_lock(unit):
+            if os.path.exists(stopped):
+                break
+            pid = int(_systemctl3_value("MainPID", unit) or 0)
+            if pid and _alive(pid):
+                continue  # restarted meanwhile (`systemctl restart`)
+            subprocess.run([sys.executable, os.path.abspath(__file__), RESTART, unit],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
         time.sleep(POLL * 4)
     try:
         os.unlink(_marker(unit, "supervisor"))
@@ -312,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [SUPERVISE]:
         return supervise(argv[1])
+    if argv[:1] == [RESTART]:
+        return run_systemctl3(["start", argv[1]])
     problem = refusal(argv)
     if problem:
         sys.stderr.write(problem + "\n")
@@ -323,19 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     stopping = verb == "stop" or (verb in ("disable", "mask") and "--now" in options)
     starting = verb in ("start", "restart", "reload-or-restart", "try-restart") or \
         (verb in ("enable",) and "--now" in options)
-    if stopping or starting:
-        os.makedirs(STATE_DIR, exist_ok=True)
     for unit in units:
         if stopping:
-            open(_marker(unit, "stopped"), "w").close()
+            with _unit_lock(unit):
+                open(_marker(unit, "stopped"), "w").close()
+        elif starting:
+            with _unit_lock(unit), contextlib.suppress(FileNotFoundError):
+                os.unlink(_marker(unit, "stopped"))
     rc = run_systemctl3(argv, stopping=verb in ("stop", "kill", "restart", "try-restart",
                                                 "reload-or-restart", "disable", "mask"))
     if starting and rc == 0:
         for unit in units:
-            try:
-                os.unlink(_marker(unit, "stopped"))
-            except FileNotFoundError:
-                pass
             if _restart_policy(unit)[0] in RESTARTING:
                 _spawn_supervisor(unit)
     return rc

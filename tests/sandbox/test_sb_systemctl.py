@@ -8,6 +8,7 @@ import time
 import pytest
 
 from sandbox.machine import Machine
+from sandbox.systemctl import STATE_DIR as STATE
 from sandbox.waiting import wait_for
 
 pytestmark = pytest.mark.sandbox
@@ -63,7 +64,9 @@ def test_restart_always_brings_a_killed_daemon_back(machine):
     started = time.monotonic()
     assert machine.systemctl("stop", "phoenix").returncode == 0
     print(f"systemctl stop took {time.monotonic() - started:.2f}s")
-    time.sleep(2)  # longer than RestartSec: a stopped unit stays stopped
+    # a stopped unit stays stopped: its supervisor sees the stop and ends
+    # (it removes its pid file last), restarting nothing
+    assert wait_for(lambda: not machine.exists(f"{STATE}/phoenix.service.supervisor"), 60)
     assert machine.pids_of("sleep") == []
     assert machine.systemctl("is-active", "phoenix").stdout.strip() != "active"
 
@@ -73,6 +76,8 @@ def test_restart_no_leaves_a_dead_daemon_dead(machine):
                        RESTARTING_UNIT.replace("Restart=always", "Restart=no"))
     assert machine.systemctl("start", "mortal").returncode == 0
     pid = wait_for(lambda: main_pid(machine, "mortal"), 30)
+    # Restart=no: nothing watches the unit, so nothing can bring it back
+    assert not machine.exists(f"{STATE}/mortal.service.supervisor")
     machine.run(["kill", "-9", str(pid)])
-    time.sleep(2)
-    assert machine.pids_of("sleep") == []
+    assert wait_for(lambda: machine.pids_of("sleep") == [], 30)
+    assert not machine.exists(f"{STATE}/mortal.service.supervisor")
