@@ -1,6 +1,7 @@
 """Unit-test fixtures: one real TLS etcd on 127.0.0.1 for the whole session."""
 from __future__ import annotations
 
+import socket
 import uuid
 from pathlib import Path
 
@@ -49,3 +50,35 @@ def prefix() -> str:
 @pytest.fixture
 def templates_dir() -> Path:
     return TEMPLATES
+
+
+@pytest.fixture
+def silent():
+    """An endpoint that accepts connections and never answers: a member whose
+    machine is gone looks like this or worse (no SYN-ACK at all)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield SilentMember(server)
+
+
+class SilentMember(str):
+    """The endpoint's URL, and how many connections it was sent (the kernel
+    completes them into the listen backlog; nothing ever answers)."""
+
+    def __new__(cls, server):
+        member = super().__new__(cls, f"https://127.0.0.1:{server.getsockname()[1]}")
+        member.server = server
+        return member
+
+    def connections(self) -> int:
+        """Connections made to it since the last call."""
+        self.server.setblocking(False)
+        count = 0
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except BlockingIOError:
+                return count
+            conn.close()
+            count += 1

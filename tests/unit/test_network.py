@@ -3,7 +3,6 @@ client TLS on 127.0.0.1, started once per session)."""
 import json
 import socket
 import threading
-import time
 
 import etcd3gw
 import pytest
@@ -403,29 +402,23 @@ def closed_port() -> int:
         return probe.getsockname()[1]  # closed again once the socket goes
 
 
-def test_a_closed_port_gives_a_readable_reason_quickly(pki):
+def test_a_closed_port_gives_a_readable_reason(pki):
     endpoint = f"https://127.0.0.1:{closed_port()}"
     settings = EtcdClientSettings((endpoint,), str(pki.ca_cert), str(pki.client_cert),
                                   str(pki.client_key), timeout=0.5)
-    started = time.monotonic()
     with pytest.raises(EtcdUnavailable) as caught:
         NetworkStore(settings).read_config()
-    assert time.monotonic() - started < 5
     assert caught.value.reason == f"cannot reach etcd: {endpoint} (connection refused)"
 
 
-def test_a_silent_server_times_out_instead_of_hanging(pki):
-    with socket.socket() as silent:  # accepts connections, never answers
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        endpoint = f"https://127.0.0.1:{silent.getsockname()[1]}"
-        settings = EtcdClientSettings((endpoint,), str(pki.ca_cert), str(pki.client_cert),
-                                      str(pki.client_key), timeout=0.3)
-        started = time.monotonic()
-        with pytest.raises(EtcdUnavailable) as caught:
-            NetworkStore(settings).read_config()
-    assert time.monotonic() - started < 5
-    assert caught.value.reason == f"cannot reach etcd: {endpoint} (no answer within 0.3s)"
+def test_a_silent_server_times_out_instead_of_hanging(pki, silent):
+    settings = EtcdClientSettings((silent,), str(pki.ca_cert), str(pki.client_cert),
+                                  str(pki.client_key), timeout=0.3)
+    with pytest.raises(EtcdUnavailable) as caught:
+        NetworkStore(settings).read_config()
+    # one try, given up after its timeout (a hang fails on the test's time limit)
+    assert silent.connections() == 1
+    assert caught.value.reason == f"cannot reach etcd: {silent} (no answer within 0.3s)"
 
 
 def test_every_failed_endpoint_is_named(pki):

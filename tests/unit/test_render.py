@@ -6,10 +6,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from sandbox.waiting import wait_for
 
 from charms.flannel import paths
 from charms.flannel.render import render_conflist, render_service
@@ -113,7 +114,9 @@ def test_systemctl3_starts_and_stops_the_rendered_service(templates_dir, tmp_pat
     fake = root / "usr" / "local" / "bin" / "flanneld"
     fake.parent.mkdir(parents=True)
     args_file = tmp_path / "args"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {args_file}\nexec sleep 300\n')
+    # (written aside and renamed: the test never reads a half-written file)
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {args_file}.part\n'
+                    f'mv {args_file}.part {args_file}\nexec sleep 300\n')
     os.chmod(fake, 0o755)
     unit_dir = root / "lib" / "systemd" / "system"
     unit_dir.mkdir(parents=True)
@@ -126,9 +129,7 @@ def test_systemctl3_starts_and_stops_the_rendered_service(templates_dir, tmp_pat
 
     try:
         assert ctl("start", "flannel.service").returncode == 0
-        deadline = time.monotonic() + 10
-        while not args_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert wait_for(args_file.exists, 60, interval=0.05)
         assert ctl("is-active", "flannel.service").stdout.strip() == "active"
         assert args_file.read_text().splitlines() == exec_start(
             (unit_dir / "flannel.service").read_text())[1:]
