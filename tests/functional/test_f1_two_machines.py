@@ -201,18 +201,19 @@ def test_invalid_config_blocks_and_leaves_network_alone(two, bad, option):
     pods = pods_everywhere(two)
     good = {k: two.controller.config_of("flannel").get(k) for k in bad}
     values = {k.replace("-", "_"): v for k, v in bad.items()}
-    with two.timings.phase(f"juju config flannel {bad} (invalid)", two.say):
-        two.configure(**values)
-        messages = two.wait_for_flannel(timeout=60, state="blocked")
-    for unit, message in messages.items():
-        assert message.startswith(f"Invalid {option}:"), f"{unit}: {message!r}"
-    assert two.network_config() == settled, "etcd's network config changed"
-    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
-    assert_ping_both_ways(pods["m1"], pods["m2"])
-
-    with two.timings.phase(f"juju config flannel {good} (fixed)", two.say):
-        two.configure(**{k.replace("-", "_"): v for k, v in good.items()})
-        two.wait_for_flannel(timeout=60)
+    try:
+        with two.timings.phase(f"juju config flannel {bad} (invalid)", two.say):
+            two.configure(**values)
+            messages = two.wait_for_flannel(timeout=120, state="blocked")
+        for unit, message in messages.items():
+            assert message.startswith(f"Invalid {option}:"), f"{unit}: {message!r}"
+        assert two.network_config() == settled, "etcd's network config changed"
+        assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+        assert_ping_both_ways(pods["m1"], pods["m2"])
+    finally:  # the module's cluster goes on to the next test with a valid config
+        with two.timings.phase(f"juju config flannel {good} (fixed)", two.say):
+            two.configure(**{k.replace("-", "_"): v for k, v in good.items()})
+            two.wait_for_flannel(timeout=120)
     assert two.network_config() == settled
     assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
     assert_ping_both_ways(pods["m1"], pods["m2"])

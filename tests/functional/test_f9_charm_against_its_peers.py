@@ -150,10 +150,15 @@ def test_a_hook_that_died_before_daemon_reload_reloads_on_retry(cluster):
     cluster.wait_for_flannel(timeout=60)
 
 
-def test_during_a_refused_change_the_principal_keeps_the_network_pods_use(cluster):
-    """Item 6. On main the principal was told cidr 10.2.0.0/16 (the option)
+def test_a_refused_backend_change_keeps_the_network_and_its_way_out_works(cluster):
+    """Item 6: during a refused change the principal keeps the network its
+    pods use. On main the principal was told cidr 10.2.0.0/16 (the option)
     while etcd, flanneld and every pod stayed on 10.1.0.0/16; the refusal's
-    message (item 7) named no way out that works, which failed there too."""
+    message (item 7) named no way out that works, which failed there too.
+    Item 7: the way out works. On main the stopped unit's lease stayed in
+    etcd (24 h TTL, flanneld does not revoke it), so after remove/add the
+    units stayed blocked on "1 node holds a lease" for a day (this failed
+    there: the leases after remove-relation were ['10.1.36.0-24'], not [])."""
     unit = unit_of(cluster)
     assert published_cidr(cluster) == "10.1.0.0/16"
     cluster.configure(cidr="10.2.0.0/16", backend="host-gw")
@@ -165,12 +170,7 @@ def test_during_a_refused_change_the_principal_keeps_the_network_pods_use(cluste
     assert "remove flannel from every node (each unit releases its lease as it stops)" in message
     assert cluster.network_config()["Network"] == "10.1.0.0/16"
 
-
-def test_the_way_out_of_a_refused_backend_change_works(cluster):
-    """Item 7. On main the stopped unit's lease stayed in etcd (24 h TTL,
-    flanneld does not revoke it), so after remove/add the units stayed
-    blocked on "1 node holds a lease" for a day (this failed there: the
-    leases after remove-relation were ['10.1.36.0-24'], not [])."""
+    # the way out the message names
     assert len(leases(cluster)) == 1
     cluster.remove_cni_relation()
     assert leases(cluster) == []

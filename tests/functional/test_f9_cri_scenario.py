@@ -120,6 +120,15 @@ def test_containerd_loads_the_first_conflist_by_name_and_follows_the_01_default_
     m1 = cluster.machines["m1"]
     runtime(cluster)
     wait_loaded(cluster, NETWORK)
+    try:
+        conflists_sort_by_name(cluster, m1)
+    finally:  # the module's cluster goes on with the charm's conflist alone
+        m1.run(["rm", "-f", f"{NET_D}/05-stale.conflist", f"{NET_D}/01-default.conflist"])
+        m1.write_file(CONFLIST, m1.read_file(CONFLIST))   # a rename: containerd reloads
+    wait_loaded(cluster, NETWORK)
+
+
+def conflists_sort_by_name(cluster, m1):
     # someone's conflist sorting first wins over the charm's ...
     m1.write_file(f"{NET_D}/05-stale.conflist", json.dumps(STALE_CONFLIST))
     wait_loaded(cluster, "stale")
@@ -141,11 +150,6 @@ def test_containerd_loads_the_first_conflist_by_name_and_follows_the_01_default_
     pod = cluster.start_pod("m1", runtime="cri")
     assert pod.address.startswith(flannel_subnet(cluster)), pod
     assert stray.delete() == "" and pod.delete() == ""
-    m1.run(["rm", f"{NET_D}/05-stale.conflist"])
-
-    m1.run(["rm", f"{NET_D}/01-default.conflist"])
-    m1.write_file(CONFLIST, m1.read_file(CONFLIST))   # a rename: containerd reloads
-    wait_loaded(cluster, NETWORK)
 
 
 def test_pod_of_the_old_charms_network_is_deleted_after_the_takeover(cluster):
@@ -157,12 +161,14 @@ def test_pod_of_the_old_charms_network_is_deleted_after_the_takeover(cluster):
     when the refresh rewrites it (containerd reloads on the removal)."""
     m1 = cluster.machines["m1"]
     old_conflist = f"{NET_D}/00-old-charm.conflist"
-    m1.write_file(old_conflist, json.dumps(OLD_CHARM_CONFLIST))
-    wait_loaded(cluster, NETWORK)
-    old = cluster.start_pod("m1", runtime="cri")
-    assert old.address in allocations(cluster, NETWORK)
-    mark = runtime(cluster).log_size()
-    m1.run(["rm", old_conflist])   # the takeover: only the charm's conflist is left
+    try:
+        m1.write_file(old_conflist, json.dumps(OLD_CHARM_CONFLIST))
+        wait_loaded_source(cluster, json.dumps(OLD_CHARM_CONFLIST).encode())
+        old = cluster.start_pod("m1", runtime="cri")
+        assert old.address in allocations(cluster, NETWORK)
+        mark = runtime(cluster).log_size()
+    finally:
+        m1.run(["rm", "-f", old_conflist])   # the takeover: only the charm's conflist is left
     assert wait_conf_event(cluster, mark, "receiving change event", "00-old-charm.conflist")
     wait_loaded_source(cluster, m1.read_file(CONFLIST))
     new = cluster.start_pod("m1", runtime="cri")
