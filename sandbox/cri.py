@@ -71,7 +71,7 @@ BUSYBOX_IMAGE = "sandbox.local/busybox:busybox"
 K8S_NAMESPACE = "k8s.io"                # the containerd namespace the CRI plugin uses
 CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PARENT = "flsb-cri"              # every CRI pod's cgroup is under /flsb-cri/<netns>
-START_TIMEOUT = 60.0
+START_TIMEOUT = 120.0
 # Applets the busybox image links in /bin (what a test runs in a container).
 APPLETS = ("sh", "sleep", "ping", "ip", "cat", "ls", "hostname", "ifconfig", "route", "true")
 # Bumped when the archives' layout changes (part of the cache key).

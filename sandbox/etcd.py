@@ -32,7 +32,8 @@ import requests
 from .pki import Pki
 
 ETCD = "/usr/bin/etcd"
-START_TIMEOUT = 30.0  # seconds; a first start with fsyncs on a slow disk takes a few
+# seconds: a bound for a hang (a first start with fsyncs on a slow disk takes a few)
+START_TIMEOUT = 120.0
 NETNS_CLIENT_PORT = 2379  # a fresh namespace has nothing else listening
 NETNS_PEER_PORT = 2380
 

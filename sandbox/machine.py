@@ -85,7 +85,7 @@ from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
 # The trees made private (overlayfs) in every machine.
 OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
                  "/usr/lib/systemd/system")
-START_TIMEOUT = 30.0   # seconds for the holder to set up the mounts
+START_TIMEOUT = 120.0  # seconds for the holder to set up the mounts (a bound for a hang)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 OS_RELEASE = """\

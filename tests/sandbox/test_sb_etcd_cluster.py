@@ -29,6 +29,14 @@ def put(member: EtcdServer, key: str, value: str) -> None:
         reply.raise_for_status()
 
 
+def get_or_none(member: EtcdServer, key: str) -> str | None:
+    """get(), or None while the member cannot answer yet."""
+    try:
+        return get(member, key)
+    except Exception:  # noqa: BLE001 - a member still catching up
+        return None
+
+
 def get(member: EtcdServer, key: str) -> str | None:
     import base64
     with member.session() as s:
@@ -55,7 +63,7 @@ def test_three_members_one_cluster_and_two_keep_quorum(tmp_path):
         put(second, "/k", "v2")           # two of three keep quorum
         assert get(third, "/k") == "v2"
         first.start()                     # back with its data: catches up
-        assert get(first, "/k") == "v2"
+        assert wait_for(lambda: get_or_none(first, "/k") == "v2", 60)
         app = EtcdApp.from_server(etcd)
         assert app.data()["connection_string"] == etcd.connection_string
         assert app.data()["client_ca"] == pki.ca_cert.read_text()
