@@ -119,7 +119,7 @@ def flanneld_node(tmp_path_factory):
                    "flanneld": flanneld, "work": work}
 
 
-def flanneld_verdict(node: dict, config: dict, timeout: float = 30.0) -> tuple[bool, str]:
+def flanneld_verdict(node: dict, config: dict, timeout: float = 120.0) -> tuple[bool, str]:
     """(accepted, evidence): run flanneld on `config` until it leases a
     subnet (accepted) or refuses the config."""
     prefix = f"/rules-{uuid.uuid4().hex[:8]}/network"
@@ -161,10 +161,15 @@ def flanneld_verdict(node: dict, config: dict, timeout: float = 30.0) -> tuple[b
         # The verdict is in; flanneld's graceful shutdown can lag on a busy host.
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(timeout=10)
+            process.wait(timeout=30)
+        # the next case starts from a node without this one's vxlan device
+        links = json.loads(run(["ip", "-n", ns.netns, "-j", "link", "show"]).stdout)
+        for link in links:
+            if link["ifname"].startswith("flannel."):
+                run(["ip", "-n", ns.netns, "link", "delete", link["ifname"]], check=False)
 
 
 def charm_verdict(options: dict) -> tuple[bool, str]:
