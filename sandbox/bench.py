@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import resource as _rusage
 import shutil
@@ -127,8 +128,38 @@ def make_bare_charm(flannel_charm: Path, dest: Path) -> Path:
 # --- measuring ----------------------------------------------------------------------
 
 def _children_cpu() -> float:
+    """CPU of every process this one waited for, plus what the hook tools'
+    calls cost in this process (sandbox.juju.agent_socket: they run here)."""
+    from sandbox.juju.agent_socket import ALL_CALLS
     usage = _rusage.getrusage(_rusage.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime + ALL_CALLS.cpu_seconds
+
+
+# A hook's usual calls, as charms.reactive makes them in every hook.
+TOOL_CALLS = ("config-get --all --format=json", "relation-ids --format=json cni",
+              "juju-log -l DEBUG bench", "status-get")
+
+
+def tool_call_cost(controller, unit: str, rounds: int = 50) -> dict:
+    """CPU of one hook tool call, as the sandbox serves it: the calling
+    process tree (the client) and, separately, the agent's side in this
+    process; the shell loop around the calls is measured alone and taken off."""
+    from sandbox.juju.agent_socket import ALL_CALLS
+    calls = "; ".join(f"{c} >/dev/null" for c in TOOL_CALLS)
+
+    def loop(body: str) -> tuple[float, float]:
+        script = f"i=0; while [ $i -lt {rounds} ]; do {body}; i=$((i+1)); done"
+        before, agent = _rusage.getrusage(_rusage.RUSAGE_CHILDREN), ALL_CALLS.cpu_seconds
+        cp = controller.exec(unit, ["/bin/sh", "-c", script])
+        after = _rusage.getrusage(_rusage.RUSAGE_CHILDREN)
+        if cp.returncode != 0:
+            raise RuntimeError(f"hook tools failed in {unit}: {cp.stderr[-500:]!r}")
+        return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                ALL_CALLS.cpu_seconds - agent)
+    empty, _ = loop(":")
+    client, agent = loop(calls)
+    n = rounds * len(TOOL_CALLS)
+    return {"calls": n, "client": max(0.0, client - empty) / n, "agent": agent / n}
 
 
 @dataclass
@@ -232,6 +263,8 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
             results.put("update-status", name, {
                 "wall": statistics.median(c.wall for c in seen),
                 "cpu": statistics.median(c.cpu for c in seen)})
+        say("-- hook tool calls")
+        results.put("hook tools", "per call", tool_call_cost(ctl, flannel_unit))
 
         say("-- the re-add cycle, flannel")
         phases: dict = {}
@@ -281,6 +314,8 @@ def bench_deploy(charm: Path, resource: Path, machines: int, results: Results,
             cluster.deploy_flannel()
             wait_active(cluster, "flannel", timeout=300)
         figures["cpu per unit"] = figures["deploy"]["cpu"] / machines
+        # what the deploy could take at best: all its CPU spread over the cores
+        figures["cpu floor"] = figures["deploy"]["cpu"] / (os.cpu_count() or 1)
         results.put("deploy", str(machines), figures)
 
 
@@ -307,6 +342,10 @@ def report(results: Results) -> str:
         us = f["update-status"]
         row("update-status wall (median)", us["flannel"]["wall"], us["bare"]["wall"])
         row("update-status CPU (median)", us["flannel"]["cpu"], us["bare"]["cpu"])
+    if "hook tools" in f:
+        tools = f["hook tools"]["per call"]
+        row(f"hook tool call: client CPU ({tools['calls']} calls)", tools["client"])
+        row("hook tool call: agent CPU (in the controller)", tools["agent"])
     if "re-add" in f:
         ra = f["re-add"]
         for phase, fig in ra["flannel"].items():
@@ -320,6 +359,9 @@ def report(results: Results) -> str:
     for n, fig in sorted(f.get("deploy", {}).items(), key=lambda kv: int(kv[0])):
         row(f"deploy {n} machine(s): wall", fig["deploy"]["wall"])
         row(f"deploy {n} machine(s): CPU per unit", fig["cpu per unit"])
+        if "cpu floor" in fig:
+            row(f"deploy {n} machine(s): wall vs CPU floor", fig["deploy"]["wall"],
+                fig["cpu floor"])
     return "\n".join(lines)
 
 
