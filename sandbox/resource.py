@@ -53,6 +53,8 @@ Command line::
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import fcntl
 import gzip
 import hashlib
 import io
@@ -226,19 +228,41 @@ def _log(progress, text: str) -> None:
         progress(text)
 
 
+def _cached(binary: GoBinary, arch: str) -> bool:
+    built = _built_path(binary, arch)
+    stamp_file = _install_dir(binary, arch) / "stamp.json"
+    return (built.is_file() and stamp_file.is_file()
+            and stamp_file.read_text() == _stamp(binary, arch) and _is_static(built))
+
+
 def binary_path(name: str, arch: str = "amd64", progress=None) -> Path:
-    """Path of a cached binary, running `go install` first if it is missing."""
+    """Path of a cached binary, running `go install` first if it is missing.
+    One build per binary at a time: a second caller (another process, say
+    scripts/setup-host's background build) waits for the first, then finds
+    the binary cached."""
     if arch not in ARCHES:
         raise ValueError(f"unsupported arch {arch!r}; one of {', '.join(ARCHES)}")
     binary = BINARIES[name]
     gopath = _install_dir(binary, arch)
     built = _built_path(binary, arch)
-    stamp_file = gopath / "stamp.json"
-    stamp = _stamp(binary, arch)
-    if (built.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp
-            and _is_static(built)):
+    if _cached(binary, arch):
         _log(progress, f"cached   {name} {binary.version} ({arch}): {built}")
         return built
+    gopath.mkdir(parents=True, exist_ok=True)
+    with open(gopath.parent / f".{gopath.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _cached(binary, arch):
+            _log(progress, f"cached   {name} {binary.version} ({arch}): {built}")
+            return built
+        return _go_install(binary, arch, progress)
+
+
+def _go_install(binary: GoBinary, arch: str, progress) -> Path:
+    name = binary.name
+    gopath = _install_dir(binary, arch)
+    built = _built_path(binary, arch)
+    stamp_file = gopath / "stamp.json"
+    stamp = _stamp(binary, arch)
     if shutil.which("go") is None:
         raise BuildFailed("the Go toolchain (`go`) is not installed")
     go = cache_root() / "go"
@@ -346,6 +370,22 @@ def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None
     return target
 
 
+HOST_TOOLS = ("flanneld", "crictl", "flannel", "cnitool")  # longest builds first
+
+
+def build_host_tools(progress, start: float) -> int:
+    """Every Go binary the sandbox runs here, built (or found cached) at once."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {name: pool.submit(binary_path, name, host_arch(), progress)
+                   for name in HOST_TOOLS}
+    failed = [f"{name}: {future.exception()}" for name, future in futures.items()
+              if future.exception() is not None]
+    for line in failed:
+        print(f"error: {line}", file=sys.stderr)
+    progress(f"host tools done in {time.monotonic() - start:.1f}s")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.resource",
                                      description=__doc__.split("\n")[0])
@@ -354,10 +394,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="directory for flannel-<arch>.tar.gz (default: %(default)s)")
     parser.add_argument("--cnitool", action="store_true", help="also build cnitool (host arch)")
     parser.add_argument("--crictl", action="store_true", help="also build crictl (host arch)")
+    parser.add_argument("--host-tools", action="store_true",
+                        help="build what the sandbox runs on this host (flanneld, the flannel "
+                             "plugin, cnitool, crictl), as many at once as there are cores, "
+                             "and nothing else")
     args = parser.parse_args(argv)
     arches = ARCHES if args.arch == "all" else (args.arch,)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     start = time.monotonic()
+    if args.host_tools:
+        return build_host_tools(progress, start)
     try:
         paths = [build_resource(a, Path(args.out), progress) for a in arches]
         if args.cnitool:
