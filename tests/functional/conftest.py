@@ -24,10 +24,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-# (cluster label, Timings) of every cluster the session opened, and each
+# (cluster label, Timings) of every cluster this process opened, and each
 # test's wall time (setup + call + teardown), for the closing summary.
 CLUSTER_TIMINGS: list = []
 TEST_SECONDS: dict[str, float] = {}
+# What the summary shows, as the process that prints it received it: under
+# pytest-xdist (scripts/test runs this tier with two workers) the workers
+# send their clusters' phases and fault outcomes with each test's teardown
+# report (user_properties); one process alone sends them to itself.
+SEEN_PHASES: dict[str, tuple[str, list]] = {}   # cluster key -> (label, [(phase, s)])
+SEEN_OUTCOMES: dict[str, dict] = {}             # fault row -> Outcome as a dict
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 def pytest_configure(config):
@@ -36,28 +43,49 @@ def pytest_configure(config):
         "real etcd/flanneld/CNI plugins; minutes)")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when != "teardown":
+        return
+    from dataclasses import asdict
+
+    from functional_kit import FAULT_OUTCOMES
+    report = outcome.get_result()
+    report.user_properties.append(("cluster-phases", [
+        (f"{WORKER}:{n}", label, [(p.name, p.seconds) for p in timings.phases])
+        for n, (label, timings) in enumerate(CLUSTER_TIMINGS)]))
+    report.user_properties.append(("fault-outcomes", [asdict(o) for o in FAULT_OUTCOMES]))
+
+
 def pytest_runtest_logreport(report):
-    # Called through the item's own hook proxy: only for tests of this directory.
+    if not report.nodeid.startswith("tests/functional/"):
+        return
     TEST_SECONDS[report.nodeid] = TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
+    for name, value in report.user_properties:
+        if name == "cluster-phases":
+            SEEN_PHASES.update({key: (label, phases) for key, label, phases in value})
+        elif name == "fault-outcomes":
+            SEEN_OUTCOMES.update({o["fault"]: o for o in value})
 
 
 def pytest_terminal_summary(terminalreporter):
-    from functional_kit import FAULT_OUTCOMES
-    if FAULT_OUTCOMES:
-        from sandbox.faults import table
+    if SEEN_OUTCOMES:
+        from sandbox.faults import Outcome, table
         terminalreporter.section("fault matrix (sandbox.faults)")
-        for line in table(FAULT_OUTCOMES).splitlines():
+        outcomes = [Outcome(**o) for _, o in sorted(SEEN_OUTCOMES.items())]
+        for line in table(outcomes).splitlines():
             terminalreporter.write_line(line)
-    if not CLUSTER_TIMINGS and not TEST_SECONDS:
+    if not SEEN_PHASES and not TEST_SECONDS:
         return
     write = terminalreporter.write_line
     terminalreporter.section("functional timings (figures, not assertions)")
     total = 0.0
     rows = []
-    for label, timings in CLUSTER_TIMINGS:
-        for phase in timings.phases:
-            rows.append((f"{label}: {phase.name}", phase.seconds))
-            total += phase.seconds
+    for label, phases in SEEN_PHASES.values():
+        for phase, seconds in phases:
+            rows.append((f"{label}: {phase}", seconds))
+            total += seconds
     width = max([len(name) for name, _ in rows] + [40])
     if rows:
         write("phases")
@@ -72,6 +100,19 @@ def pytest_terminal_summary(terminalreporter):
             write(f"  {name:<{width}} {seconds:8.1f}s")
             tests_total += seconds
         write(f"  {'total':<{width}} {tests_total:8.1f}s")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under pytest-xdist the controller checks the host once every worker
+    is done (a worker looking while another still runs would race it)."""
+    if WORKER or not session.config.pluginmanager.hasplugin("dsession"):
+        return   # a worker, or no workers at all: the clean_host fixture did it
+    from sandbox.cluster import host_leftovers
+    left = host_leftovers()
+    if left:
+        session.config.get_terminal_writer().line(
+            "the functional tests left these on the host:\n  " + "\n  ".join(left), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _missing() -> str | None:
@@ -100,6 +141,8 @@ def clean_host():
     from sandbox.network import cleanup_stale
     cleanup_stale()
     yield
+    if WORKER:
+        return   # the controller looks once all workers are done (pytest_sessionfinish)
     left = host_leftovers()
     assert not left, "the functional tests left these on the host:\n  " + "\n  ".join(left)
 

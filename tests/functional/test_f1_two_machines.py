@@ -17,7 +17,8 @@ from functional_kit import (all_plugin_bytes, deploy_and_wait, member, play_remo
 
 from sandbox.cluster import SUBNET_ENV, WORKER_GENERATIONS
 
-pytestmark = pytest.mark.functional
+# the module's tests share its cluster(s): one pytest-xdist worker runs them all
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("f1_two_machines")]
 
 MACHINES = ("m1", "m2")
 

@@ -5,10 +5,13 @@ install it does what installing nagios-nrpe-server does on a machine (the
 nagios user, /etc/nagios/nrpe.d, the export dir); the check command itself is
 Debian's real check_procs, run inside the machine.
 """
+import pytest
 import yaml
 
 from functional_kit import deploy_and_wait
 from sandbox.juju import EmulatedApp
+
+pytestmark = pytest.mark.functional
 
 CHECK_FILE = "/etc/nagios/nrpe.d/check_flannel.cfg"
 

@@ -15,7 +15,8 @@ from test_f8_nrpe_and_series_upgrade import CHECK_FILE, NrpeApp
 
 from sandbox.cluster import CNI_RELATION, NETWORK_PREFIX
 
-pytestmark = pytest.mark.functional
+# the module's tests share its cluster(s): one pytest-xdist worker runs them all
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("f9_charm_against_its_peers")]
 
 # Wraps the machine's systemctl: logs every call, and fails `daemon-reload`
 # once while FAIL_FLAG exists (a hook dying between writing the unit file

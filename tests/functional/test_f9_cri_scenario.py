@@ -24,7 +24,8 @@ from functional_kit import deploy_and_wait, old_charm_copy
 
 from sandbox.waiting import wait_for
 
-pytestmark = pytest.mark.functional
+# the module's tests share its cluster(s): one pytest-xdist worker runs them all
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("f9_cri_scenario")]
 
 NET_D = "/etc/cni/net.d"
 # The charm's CNI network name: the old charm's, so host-local keeps one

@@ -25,7 +25,8 @@ from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL, WORKER_PLUGINS
 from sandbox.old_flannel import (give_worker_flannel, old_charm_dir, old_resource,
                                  workers_flannel)
 
-pytestmark = pytest.mark.functional
+# the module's tests share its cluster(s): one pytest-xdist worker runs them all
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("f9_refresh_from_old_charm")]
 
 MACHINES = ("m1", "m2")
 NETWORK = "CDK-flannel-network"
