@@ -386,50 +386,13 @@ class TestNetwork:
         return dict(self._attached)
 
 
-# An ICMP echo client run by the host's Python inside a namespace (`ping` from
-# iputils is not installed on these hosts).  Prints "sent received".
-_PING = r"""
-import os, select, socket, struct, sys, time
-dst, count, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-def csum(b):
-    if len(b) % 2: b += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    s = (s >> 16) + (s & 0xffff); s += s >> 16
-    return ~s & 0xffff
-sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-ident = os.getpid() & 0xffff
-received = 0
-for seq in range(1, count + 1):
-    payload = b"flsb-ping" + struct.pack("!d", time.time())
-    hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
-    pkt = struct.pack("!BBHHH", 8, 0, csum(hdr + payload), ident, seq) + payload
-    try:
-        sock.sendto(pkt, (dst, 0))
-    except OSError as e:
-        print("send:", e, file=sys.stderr)
-        time.sleep(wait); continue
-    deadline = time.monotonic() + wait
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0: break
-        if not select.select([sock], [], [], left)[0]: break
-        data, addr = sock.recvfrom(2048)
-        ihl = (data[0] & 0x0f) * 4
-        typ, code, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-        if typ == 0 and rid == ident and rseq == seq and addr[0] == dst:
-            received += 1
-            time.sleep(max(0.0, deadline - time.monotonic() - wait + 0.2))
-            break
-print(count, received)
-"""
-
-
-# A ping that runs until told to stop (a line or EOF on stdin): one echo
-# every INTERVAL seconds; prints "s SEQ" when it sends and "a SEQ" when SEQ is
-# answered, however late; after the stop, waits GRACE seconds for late replies.
+# An ICMP echo client run by the host's Python inside a namespace: one echo
+# every INTERVAL seconds, COUNT of them (0: until a line or EOF on stdin);
+# prints "s SEQ" when it sends and "a SEQ" when SEQ is answered, however late;
+# after the last echo (or the stop) it waits up to GRACE seconds for late replies.
 _PING_LOOP = r"""
 import os, select, socket, struct, sys, time
-dst, interval, grace = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+dst, interval, grace, count = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 def csum(b):
     if len(b) % 2: b += b"\0"
     s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
@@ -455,10 +418,13 @@ while True:
         sent.add(seq & 0xffff)
         say("s %d" % seq)
         next_send = max(next_send + interval, now)
+        if count and seq >= count:
+            stop_at = now + grace
     if stop_at is not None and (now >= stop_at or answered >= sent):
         break
     wait = (stop_at if stop_at is not None else next_send) - now
-    ready = select.select([sock, sys.stdin], [], [], max(0.0, wait))[0]
+    watched = [sock] if count else [sock, sys.stdin]
+    ready = select.select(watched, [], [], max(0.0, wait))[0]
     if sock in ready:
         data, addr = sock.recvfrom(2048)
         ihl = (data[0] & 0x0f) * 4
@@ -472,21 +438,27 @@ while True:
 """
 
 
-def ping_loop(netns: str, address: str, interval: float, grace: float = 2.0) -> subprocess.Popen:
-    """Start pinging `address` from inside `netns` until a line is written
-    to the process's stdin (or it is closed); see _PING_LOOP for its output."""
+def ping_loop(netns: str, address: str, interval: float, grace: float = 2.0,
+              count: int = 0) -> subprocess.Popen:
+    """Start pinging `address` from inside `netns` (a namespace of ours):
+    `count` echoes, or until a line is written to the process's stdin (or it
+    is closed); see _PING_LOOP for its output."""
     return subprocess.Popen(["nsenter", f"--net={NETNS_DIR / netns}", "--", "python3", "-c",
-                             _PING_LOOP, address, str(interval), str(grace)],
+                             _PING_LOOP, address, str(interval), str(grace), str(count)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                            stderr=subprocess.PIPE, text=True, bufsize=1)
 
 
 def ping_from_netns(netns: str, address: str, count: int = 3, wait: float = 1.0) -> int:
     """Send `count` ICMP echo requests to `address` from inside `netns`
-    (a namespace of ours); returns how many were answered."""
-    proc = run(["nsenter", f"--net={NETNS_DIR / netns}", "--", "python3", "-c", _PING,
-                address, str(count), str(wait)], check=False, timeout=count * wait + 30)
+    (a namespace of ours), 0.2 s apart; returns how many were answered
+    within `wait` seconds of the last."""
+    proc = ping_loop(netns, address, interval=0.2, grace=wait, count=count)
     try:
-        return int(proc.stdout.split()[1])
-    except (IndexError, ValueError):
-        raise CommandFailed(proc.returncode, ["ping", address], proc.stdout, proc.stderr)
+        out, err = proc.communicate(timeout=count * 0.2 + wait + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise CommandFailed(proc.returncode, ["ping", address], out, err)
+    return sum(1 for line in out.splitlines() if line.startswith("a "))
