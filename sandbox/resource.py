@@ -398,10 +398,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="build what the sandbox runs on this host (flanneld, the flannel "
                              "plugin, cnitool, crictl), as many at once as there are cores, "
                              "and nothing else")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="with --host-tools: build nothing, exit 1 unless all are cached")
     args = parser.parse_args(argv)
     arches = ARCHES if args.arch == "all" else (args.arch,)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     start = time.monotonic()
+    if args.host_tools and args.cached_only:
+        return 0 if all(_cached(BINARIES[n], host_arch()) for n in HOST_TOOLS) else 1
     if args.host_tools:
         return build_host_tools(progress, start)
     try:
