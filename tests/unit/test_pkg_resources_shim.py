@@ -7,22 +7,26 @@ from __future__ import annotations
 import subprocess
 import sys
 
-
 COMPARE = """
 import sys
+from charms.flannel.bootstrap import EntryPointsOnly
 shim = EntryPointsOnly()
 sys.modules["pkg_resources"] = shim
 light = sorted((e.name, e.value) for e in shim.iter_entry_points("console_scripts"))
 named = [e.name for e in shim.iter_entry_points("console_scripts", "pytest")]
 del sys.modules["pkg_resources"]
+path = list(sys.path)
 import pkg_resources
+# (pkg_resources also lists what setuptools vendors, which it adds to sys.path)
 real = sorted((e.name, f"{e.module_name}:{'.'.join(e.attrs)}" if e.attrs else e.module_name)
-              for e in pkg_resources.iter_entry_points("console_scripts"))
+              for e in pkg_resources.iter_entry_points("console_scripts")
+              if e.dist.location in path)
 print(light == real and bool(real), named)
 """
 
 FALL_THROUGH = """
 import sys
+from charms.flannel.bootstrap import EntryPointsOnly
 shim = EntryPointsOnly()
 sys.modules["pkg_resources"] = shim
 print(shim.parse_version("1.10") > shim.parse_version("1.9"),
