@@ -344,8 +344,9 @@ def report(results: Results) -> str:
         row("update-status CPU (median)", us["flannel"]["cpu"], us["bare"]["cpu"])
     if "hook tools" in f:
         tools = f["hook tools"]["per call"]
-        row(f"hook tool call: client CPU ({tools['calls']} calls)", tools["client"])
-        row("hook tool call: agent CPU (in the controller)", tools["agent"])
+        row(f"hook tool call CPU, ms: client ({tools['calls']} calls)", tools["client"] * 1000,
+            unit="")
+        row("hook tool call CPU, ms: agent (controller)", tools["agent"] * 1000, unit="")
     if "re-add" in f:
         ra = f["re-add"]
         for phase, fig in ra["flannel"].items():
