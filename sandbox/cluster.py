@@ -368,8 +368,9 @@ class Cluster:
     @contextlib.contextmanager
     def pinging(self, pod: Pod, address: str, interval: float = 0.5):
         """Ping `address` from `pod` in the background while the block runs:
-        one echo (1 s to answer) every `interval` seconds. Yields a Pinger
-        (sent, answered, lost); at least one echo is sent."""
+        one echo every `interval` seconds, each answered however late (until
+        2 s after the block). Yields a Pinger (sent, answered, lost,
+        longest_outage); at least one echo is sent."""
         pinger = Pinger(pod.netns, address, interval)
         pinger.start()
         try:
@@ -515,6 +516,9 @@ class Pinger:
         self._reader.start()
         # at least one echo is on its way before the block runs
         wait_for(lambda: self._sent or self._proc.poll() is not None, 30, interval=0.02)
+        if not self._sent:
+            self.stop()
+            raise ClusterError(f"the pinger to {self.address} sent nothing")
 
     def stop(self) -> None:
         try:
@@ -528,6 +532,9 @@ class Pinger:
             self._proc.kill()
             self._proc.wait()
         self._reader.join()
+        if self._proc.returncode != 0:
+            raise ClusterError(f"the pinger to {self.address} failed "
+                               f"({self._proc.returncode}): {self._proc.stderr.read()[-500:]}")
 
     def __str__(self) -> str:
         return (f"{self.answered}/{self.sent} echoes to {self.address} answered"

@@ -423,7 +423,7 @@ while True:
     if stop_at is not None and (now >= stop_at or answered >= sent):
         break
     wait = (stop_at if stop_at is not None else next_send) - now
-    watched = [sock] if count else [sock, sys.stdin]
+    watched = [sock] if count or stop_at is not None else [sock, sys.stdin]
     ready = select.select(watched, [], [], max(0.0, wait))[0]
     if sock in ready:
         data, addr = sock.recvfrom(2048)
@@ -451,11 +451,11 @@ def ping_loop(netns: str, address: str, interval: float, grace: float = 2.0,
 
 def ping_from_netns(netns: str, address: str, count: int = 3, wait: float = 1.0) -> int:
     """Send `count` ICMP echo requests to `address` from inside `netns`
-    (a namespace of ours), 0.2 s apart; returns how many were answered
-    within `wait` seconds of the last."""
-    proc = ping_loop(netns, address, interval=0.2, grace=wait, count=count)
+    (a namespace of ours), 0.2 s apart; returns how many were answered, each
+    given `wait` seconds (the last waits for them all: count * wait)."""
+    proc = ping_loop(netns, address, interval=0.2, grace=count * wait, count=count)
     try:
-        out, err = proc.communicate(timeout=count * 0.2 + wait + 30)
+        out, err = proc.communicate(timeout=count * (0.2 + wait) + 30)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()

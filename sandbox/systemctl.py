@@ -203,18 +203,24 @@ def _marker(unit: str, kind: str) -> str:
 
 
 @contextlib.contextmanager
-def _unit_lock(unit: str):
-    """Held while a `stop` marks the unit stopped, a `start` unmarks it, and
-    the supervisor checks the mark and restarts: a stop never lands between
-    the supervisor's look and its restart (which would bring the unit back
-    after the stop), nor is its mark lost to a start finishing meanwhile."""
+def _unit_lock(*units: str):
+    """Held by a start, stop or restart from beginning to end, and by the
+    supervisor from its look at the unit to the end of its restart (or its
+    exit), as systemd runs one job per unit at a time: a stop never lands
+    between the supervisor's look and its restart (which would bring the
+    unit back after the stop), and a start never finds the supervisor of a
+    stopped unit still there but about to leave. Units in sorted order."""
     os.makedirs(STATE_DIR, exist_ok=True)
-    fd = os.open(_marker(unit, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fds = []
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        for unit in sorted(set(units)):
+            fd = os.open(_marker(unit, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
 
 
 def _systemctl3_value(prop: str, unit: str) -> str:
@@ -296,7 +302,9 @@ def supervise(unit: str) -> int:
     """Restart the unit when its main process dies, until `systemctl stop`."""
     stopped = _marker(unit, "stopped")
     pid = 0
-    while not os.path.exists(stopped):
+    while True:
+        if os.path.exists(stopped) and _leave(unit, stopped):
+            return 0
         # Wait on the known main process; ask systemctl3 (a new Python
         # process) only once it is gone: restarted by someone, or dead.
         if pid and _alive(pid):
@@ -306,24 +314,33 @@ def supervise(unit: str) -> int:
         if pid and _alive(pid):
             continue
         policy, delay = _restart_policy(unit)
-        if policy not in RESTARTING:
-            break
+        if policy not in RESTARTING and _leave(unit, None):
+            return 0
         time.sleep(delay)
         with _unit_lock(unit):
             if os.path.exists(stopped):
-                break
+                continue   # stopped meanwhile: leave (above)
             pid = int(_systemctl3_value("MainPID", unit) or 0)
             if pid and _alive(pid):
                 continue  # restarted meanwhile (`systemctl restart`)
             subprocess.run([sys.executable, os.path.abspath(__file__), RESTART, unit],
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, check=False)
+            pid = 0
         time.sleep(POLL * 4)
-    try:
-        os.unlink(_marker(unit, "supervisor"))
-    except OSError:
-        pass
-    return 0
+
+
+def _leave(unit: str, stopped: str | None) -> bool:
+    """Whether the supervisor ends now: the unit is still stopped (or, with
+    stopped=None, just no longer restarting), checked and its pid file
+    removed under the unit's lock, so that a start either sees it gone (and
+    spawns a new one) or has already unmarked the unit (and it stays)."""
+    with _unit_lock(unit):
+        if stopped is not None and not os.path.exists(stopped):
+            return False   # started again meanwhile: go on watching
+        with contextlib.suppress(OSError):
+            os.unlink(_marker(unit, "supervisor"))
+        return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,19 +360,22 @@ def main(argv: list[str] | None = None) -> int:
     stopping = verb == "stop" or (verb in ("disable", "mask") and "--now" in options)
     starting = verb in ("start", "restart", "reload-or-restart", "try-restart") or \
         (verb in ("enable",) and "--now" in options)
-    for unit in units:
-        if stopping:
-            with _unit_lock(unit):
-                open(_marker(unit, "stopped"), "w").close()
-        elif starting:
-            with _unit_lock(unit), contextlib.suppress(FileNotFoundError):
-                os.unlink(_marker(unit, "stopped"))
-    rc = run_systemctl3(argv, stopping=verb in ("stop", "kill", "restart", "try-restart",
-                                                "reload-or-restart", "disable", "mask"))
-    if starting and rc == 0:
+    quick = verb not in ("stop", "kill", "restart", "try-restart", "reload-or-restart",
+                         "disable", "mask")
+    if not (stopping or starting):
+        return run_systemctl3(argv, stopping=not quick)
+    with _unit_lock(*units):
         for unit in units:
-            if _restart_policy(unit)[0] in RESTARTING:
-                _spawn_supervisor(unit)
+            if stopping:
+                open(_marker(unit, "stopped"), "w").close()
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(_marker(unit, "stopped"))
+        rc = run_systemctl3(argv, stopping=not quick)
+        if starting and rc == 0:
+            for unit in units:
+                if _restart_policy(unit)[0] in RESTARTING:
+                    _spawn_supervisor(unit)
     return rc
 
 

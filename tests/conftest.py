@@ -75,7 +75,8 @@ _tier_by_nodeid: dict[str, str] = {}
 def pytest_runtest_protocol(item, nextitem):
     tier = _tier_by_nodeid[item.nodeid] = tier_of(item)
     yield
-    last_of_tier = nextitem is None or tier_of(nextitem) != tier
+    # (only where a later tier follows in this run: the run's own end is no stop)
+    last_of_tier = nextitem is not None and tier_of(nextitem) != tier
     if last_of_tier and tier in _failed_tiers and os.environ.get(KEEP_GOING_ENV) != "1":
         later = TIERS[TIERS.index(tier) + 1:]
         item.session.shouldstop = (f"the {tier} tier failed: later tiers ({', '.join(later)}) "

@@ -95,12 +95,13 @@ def _errored(bench: FaultBench) -> list[str]:
 
 def _check_kills(bench: FaultBench, since: int, hook: str, label: str,
                  statuses: dict[str, str]) -> tuple[list[str], dict[str, float], list[str]]:
-    """(what was killed, unit -> how long its hook ran where the kill missed
-    it, problems): every killed hook must show as failed."""
+    """(what was killed, unit -> (seconds its hook ran, seconds its kill was
+    armed at) where the kill missed it, problems): every killed hook must
+    show as failed."""
     killed, missed, problems = [], {}, []
     for run in _hook_runs(bench, since, hook):
         if run.kill_missed:
-            missed[run.unit] = run.duration
+            missed[run.unit] = (run.duration, run.kill_after)
         if run.killed_after is None:
             continue
         killed.append(f"{run.unit}@{run.killed_after:.2f}s")
@@ -114,8 +115,8 @@ def _check_kills(bench: FaultBench, since: int, hook: str, label: str,
     return killed, missed, problems
 
 
-def _by_index(units: list[str], missed: dict[str, float]) -> dict[int, float]:
-    """unit -> seconds its hook ran, as the index of each unit in `units`."""
+def _by_index(units: list[str], missed: dict[str, tuple]) -> dict[int, tuple]:
+    """What _check_kills says of each unit, keyed by its index in `units`."""
     return {i: missed[u] for i, u in enumerate(units) if u in missed}
 
 
@@ -230,11 +231,11 @@ def _sweep(bench: FaultBench, name: str, hook: str, duration: float, kill_round)
         killed += hit
         problems += found
         if missed and attempt < MISSED_KILL_RETRIES:
-            # unit i's hook ended after missed[i] seconds, before its kill at
-            # offsets[i]: aim at the same point of a run that short
-            again = [None if i not in missed else
-                     fractions[i] * min(1.0, missed[i] / offsets[i]) * 0.9
-                     for i in range(len(fractions))]
+            # unit i's hook ended after `ran` seconds, before its kill armed
+            # at `armed`: aim at the same point of a run that short
+            again = [None] * len(fractions)
+            for i, (ran, armed) in missed.items():
+                again[i] = fractions[i] * min(1.0, ran / armed if armed else 1.0) * 0.9
             bench.say(f"   {len(missed)} kill(s) missed their hook: trying again")
             todo.insert(0, (again, attempt + 1))
     bench.say(f"   kills landed: {len(killed)} of {armed} armed "

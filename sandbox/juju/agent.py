@@ -64,7 +64,8 @@ class HookRun:
     stdout_tail: str = ""
     stderr_tail: str = ""
     started_at: float = 0.0
-    killed_after: float | None = None  # SIGKILLed this many seconds in (kill_after)
+    kill_after: float | None = None    # a kill was armed this many seconds in
+    killed_after: float | None = None  # SIGKILLed this many seconds in
     kill_missed: bool = False           # a kill was armed, but the hook ended first
 
     @property
@@ -267,7 +268,7 @@ class UnitAgent:
                       remote_app=rel_env.get("JUJU_REMOTE_APP") or None,
                       departing_unit=rel_env.get("JUJU_DEPARTING_UNIT") or None,
                       stdout_tail=tail(stdout), stderr_tail=tail(stderr), started_at=started,
-                      killed_after=killed_after,
+                      kill_after=kill_after, killed_after=killed_after,
                       kill_missed=(kill_after is not None and killed_after is None
                                    and rc != -signal.SIGKILL))
         if NO_CHARM_MARK in wrapper_out:

@@ -16,6 +16,7 @@ resource-get's download) are reached through /proc/PID/root and
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
@@ -35,7 +36,21 @@ MAX_REQUEST = 16 << 20
 
 
 def build_client(dest: str) -> None:
-    """Compile jujuc.c to `dest` (a static binary: it runs in any machine)."""
+    """jujuc at `dest`: compiled from jujuc.c once per version of it (a
+    static binary: it runs in any machine), cached under $FLANNEL_CACHE."""
+    with open(CLIENT_SOURCE, "rb") as f:
+        key = hashlib.sha256(f.read()).hexdigest()[:16]
+    cached = os.path.join(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"),
+                          "jujuc", key, "jujuc")
+    if not os.path.isfile(cached):
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        tmp = f"{cached}.{os.getpid()}.{threading.get_ident()}"
+        _compile(tmp)
+        os.replace(tmp, cached)
+    shutil.copy2(cached, dest)
+
+
+def _compile(dest: str) -> None:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise RuntimeError("the sandbox's hook tools need a C compiler (gcc: scripts/setup-host)")
@@ -62,7 +77,7 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
 
 def parse_request(body: bytes) -> tuple[list[str], dict[str, str]]:
     """(argv, environment) from a request body."""
-    (argc,) = struct.unpack_from("<I", body)
+    (argc,) = struct.unpack_from("=I", body)
     fields = body[4:].split(b"\0")
     if fields and fields[-1] == b"":
         fields.pop()
@@ -101,12 +116,12 @@ class _Handler(socketserver.BaseRequestHandler):
         sock: socket.socket = self.request
         fds: list[int] = []
         try:
-            header, fds, _, _ = socket.recv_fds(sock, 8, 3)
+            header, fds, _, _ = socket.recv_fds(sock, 8, 3, socket.MSG_CMSG_CLOEXEC)
             if len(header) < 8:
                 header += _read_exactly(sock, 8 - len(header))
             if header[:4] != MAGIC or len(fds) != 3:
                 return
-            (length,) = struct.unpack("<I", header[4:])
+            (length,) = struct.unpack("=I", header[4:])
             if length > MAX_REQUEST:
                 return
             argv, env = parse_request(_read_exactly(sock, length))
@@ -114,7 +129,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
             rc = self._run(argv, env, fds, pid)
             fds = []  # the streams closed them
-            sock.sendall(struct.pack("<i", rc))
+            sock.sendall(struct.pack("=i", rc))
         except (OSError, ValueError, struct.error):
             pass
         finally:

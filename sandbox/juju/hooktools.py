@@ -185,7 +185,9 @@ class Caller:
         self.pid = pid
 
     def path(self, path: str) -> str:
-        """`path` as the caller means it, reachable from here."""
+        """`path` as the caller means it, reachable from here. (An absolute
+        symlink met below /proc/PID/root resolves in this process's root,
+        not the caller's: the sandbox's tools name no such path.)"""
         if self.pid is None:
             return path
         if os.path.isabs(path):
@@ -886,9 +888,12 @@ def run(name: str, argv: list[str], env=None, caller: Caller | None = None) -> i
         caller.stderr.write(f"ERROR {e}\n")
         rc = 1
     finally:
-        caller.stdout.flush()
-        caller.stderr.flush()
         _log_invocation(env, name, argv, rc)
+        for stream in (caller.stdout, caller.stderr):
+            try:
+                stream.flush()
+            except OSError:   # the hook closed its end (`relation-get ... | head -c1`)
+                pass
     return rc
 
 

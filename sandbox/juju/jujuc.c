@@ -10,7 +10,8 @@
  * Request: "JUJC", u32 length, then that many bytes: u32 argc, argc
  * NUL-terminated arguments, then NUL-terminated NAME=VALUE environment
  * entries; fds 0, 1 and 2 ride along (SCM_RIGHTS) with the first bytes.
- * Answer: an i32 exit code. All integers little-endian (host order here).
+ * Answer: an i32 exit code. Integers in the host's byte order (both ends
+ * run on the same host).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,7 +34,8 @@ static int fail(const char *what, const char *detail) {
 
 static int write_all(int fd, const char *buf, size_t len) {
     while (len > 0) {
-        ssize_t n = write(fd, buf, len);
+        /* an agent that hung up gives EPIPE, not a silent death by SIGPIPE */
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -247,6 +247,7 @@ def juju(reactive, charm_dir, tmp_path, monkeypatch):
             monkeypatch.syspath_prepend(path)
     model = SandboxJuju(tmp_path, charm_dir)
     yield model
+    model.ctl.close()
     hookenv.cache.clear()
 
 

@@ -15,7 +15,9 @@ def pytest_configure(config):
 
 @pytest.fixture
 def world(tmp_path):
-    return World(tmp_path)
+    w = World(tmp_path)
+    yield w
+    w.ctl.close()   # its agent socket
 
 
 @pytest.fixture

@@ -441,14 +441,23 @@ class EntryPointsOnly(types.ModuleType):
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        shim = sys.modules.pop("pkg_resources", None)
-        try:
-            import pkg_resources
-        except Exception:
-            if shim is not None:
-                sys.modules["pkg_resources"] = shim
-            raise
-        return getattr(pkg_resources, attr)
+        return getattr(self._real(), attr)
+
+    def _real(self):
+        """The real pkg_resources, imported once (it replaces this module in
+        sys.modules); AttributeError where there is none (setuptools 82+)."""
+        real = vars(self).get("_real_module")
+        if real is None:
+            real = sys.modules.get("pkg_resources")
+            if real is None or real is self:
+                sys.modules.pop("pkg_resources", None)
+                try:
+                    import pkg_resources as real
+                except ImportError as error:
+                    sys.modules["pkg_resources"] = self
+                    raise AttributeError(f"no pkg_resources to ask: {error}") from error
+            vars(self)["_real_module"] = real
+        return real
 
 
 def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> None:
