@@ -133,6 +133,17 @@ def test_host_made_netns_is_visible_inside(machines, test_network):
         run(["ip", "netns", "delete", name])
 
 
+def uptime_ticks() -> int:
+    """Now, in clock ticks since boot (the unit of a process's start time)."""
+    with open("/proc/uptime") as f:
+        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def started_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
 def test_destroy_kills_everything_and_cleans_up(test_network):
     m = Machine("gone", test_network).start()
     m.write_file("/lib/systemd/system/sleeper.service", SLEEPER_UNIT)
@@ -144,15 +155,19 @@ def test_destroy_kills_everything_and_cleans_up(test_network):
     assert len(pids) >= 3           # holder, the unit's sleep, the popen'ed one
     holder_mnt = os.readlink(f"/proc/{m.holder_pid}/ns/mnt")
     m.destroy()
+    destroyed = uptime_ticks()
     background.wait(timeout=5)
     assert not [p for p in pids if alive(p)]
     assert not [n for n in list_netns() if n.startswith(m.netns) or n.startswith(m.pod_prefix)]
     assert not m.state_dir.exists()
-    # no process is left in the machine's mount namespace
+    # No process is left in the machine's mount namespace. (A namespace made
+    # since, by a test running beside this one, may get the same inode
+    # number: a process started after the destroy is not a leftover.)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                assert os.readlink(f"/proc/{entry}/ns/mnt") != holder_mnt
+                same = os.readlink(f"/proc/{entry}/ns/mnt") == holder_mnt
+                assert not (same and started_ticks(int(entry)) < destroyed), entry
             except OSError:   # gone, or not ours to look at (pid 1 here)
                 pass
     assert str(state_root()) not in open("/proc/self/mountinfo").read()
