@@ -27,8 +27,9 @@ from charms.reactive import (clear_flag, endpoint_from_flag, endpoint_from_name,
 # Light modules only: an idle hook (update-status) must not pay for jinja2,
 # etcd3gw/requests/TLS or charmhelpers' nrpe; handlers that need them import
 # render, network and nrpe when their inputs changed.
-from charms.flannel import adoption, cni, daemon, paths, resource
-from charms.flannel.credentials import client_files, write_client_credentials
+from charms.flannel import adoption, cni, daemon, leftovers, paths, resource
+from charms.flannel.credentials import client_files, pem_problem, write_client_credentials
+from charms.flannel.etcd_probe import EtcdUnavailable, parse_endpoints
 from charms.flannel.install_record import InstallRecord, out_of_space, record_problem
 from charms.flannel.options import InvalidOption, network_config, parse_options
 from charms.flannel.status import Observations, assess
@@ -215,10 +216,19 @@ def configure_network():
     options = _options()
     if options is None:
         return  # blocked; etcd and the running flanneld are left as they were
+    conflict = _cidr_conflict(options)
+    _problem("cidr", str(conflict) if conflict else None)
+    if conflict:
+        return  # blocked; etcd and the running flanneld are left as they were
     from charms.flannel.network import EtcdUnavailable, NetworkStore, ensure_network_config
     etcd = endpoint_from_flag("etcd.available")
+    credentials = etcd.client_credentials()
+    not_pem = pem_problem(*credentials)
+    if not_pem:
+        _problem("etcd", not_pem)  # waiting; what was there stays on disk
+        return
     # A change here reaches flanneld through run_flanneld's input digest.
-    write_client_credentials(_record(), *etcd.client_credentials())
+    write_client_credentials(_record(), *credentials)
     try:
         with NetworkStore(_etcd_settings(etcd), preferred=_answered()) as store:
             try:
@@ -244,6 +254,20 @@ def configure_network():
     # flanneld's digest (credentials, network) decides whether it restarts.
     clear_flag(SERVICE_RUNNING)
     set_flag(NETWORK_CONFIGURED)
+
+
+def _cidr_conflict(options):
+    """The cidr against this machine's networks and the service-cidr the
+    control plane publishes (host_network): an InvalidOption, or None."""
+    from charms.flannel import host_network
+    networks = host_network.machine_networks(host_network.read_links(),
+                                             host_network.read_routes(), _pod_networks())
+    return host_network.cidr_conflict(options.cidr, networks, _service_cidr())
+
+
+def _service_cidr():
+    cni_endpoint = endpoint_from_name("cni")
+    return cni_endpoint.service_cidr() if cni_endpoint.relations else None
 
 
 def _answered():
@@ -306,17 +330,27 @@ def run_flanneld():
     options = _options()
     if options is None:
         return
-    if options.iface and not daemon.interface_exists(options.iface):
-        # Checked before anything restarts: a flanneld started on a missing
-        # interface fails, and the node loses its overlay.
-        _problem("iface", str(InvalidOption(
-            "iface", f'"{options.iface}" is not an interface or address of this machine')))
-        return
-    _problem("iface", None)
+    if options.iface:
+        # Checked before anything restarts: a flanneld started on a missing,
+        # down or address-less interface fails or carries nothing, and the
+        # node loses its overlay.
+        from charms.flannel import host_network
+        unfit = host_network.iface_problem(options.iface, host_network.read_links())
+        _problem("iface", str(unfit) if unfit else None)
+        if unfit:
+            return
+    else:
+        _problem("iface", None)
     etcd = endpoint_from_flag("etcd.available")
+    try:
+        # relation data is input: only parsed endpoints reach the unit file
+        endpoints = parse_endpoints(etcd.connection_string())
+    except EtcdUnavailable as problem:
+        _problem("etcd", problem.reason)
+        return
     files = client_files()
     record = _record()
-    _install_unit_file(record, options, etcd)
+    _install_unit_file(record, options, etcd, endpoints)
     kv = unitdata.kv()
     loaded = record.checksum(paths.SERVICE_FILE)
     if kv.get(UNIT_FILE_LOADED_KEY) != loaded:
@@ -349,19 +383,20 @@ def run_flanneld():
     set_flag(SERVICE_RUNNING)
 
 
-def _install_unit_file(record: InstallRecord, options, etcd) -> None:
+def _install_unit_file(record: InstallRecord, options, etcd, endpoints) -> None:
     """Render flannel.service when what it says changed (jinja2 only then)."""
     inputs = _unit_file_inputs(options, etcd)
-    if _unchanged(UNIT_FILE_INPUTS_KEY, inputs) and record.is_recorded(paths.SERVICE_FILE) \
-            and paths.SERVICE_FILE.exists():
+    # the bytes on disk, not only the record: a unit file edited since is
+    # rendered again (and systemd reloaded: its checksum is no longer loaded)
+    if _unchanged(UNIT_FILE_INPUTS_KEY, inputs) and record.holds(paths.SERVICE_FILE):
         return
     from charms.flannel import render
     files = client_files()
     unit_file = render.render_service(
-        _templates(), endpoints=etcd.connection_string(), ca_file=files.ca_file,
+        _templates(), endpoints=endpoints, ca_file=files.ca_file,
         cert_file=files.cert_file, key_file=files.key_file,
         iface=options.iface or _binding_interface("cni"))
-    record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644)
+    record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644, sole=True)
     unitdata.kv().set(UNIT_FILE_INPUTS_KEY, inputs)
 
 
@@ -379,7 +414,7 @@ def configure_cni():
     cni_endpoint = endpoint_from_name("cni")
     name = adoption.cni_network_name(paths.CNI_CONFLIST, unitdata.kv().get(NETWORK_NAME_KEY))
     conflist = render.render_conflist(_templates(), network_name=name)
-    _record().install(paths.CNI_CONFLIST, conflist.encode(), 0o644)
+    _record().install(paths.CNI_CONFLIST, conflist.encode(), 0o644, sole=True)
     cni_endpoint.set_config(cidr=confirmed["Network"], cni_conf_file=paths.CNI_CONFLIST.name)
     unitdata.kv().set(CNI_INPUTS_KEY, _cni_inputs(confirmed, cni_endpoint))
     set_flag(CNI_CONFIGURED)
@@ -388,6 +423,18 @@ def configure_cni():
 @hook("stop")
 def remove_flannel():
     """Undo exactly what this charm did, and nothing else (LP #1866869)."""
+    _tear_down()
+
+
+@hook("remove")
+def remove_unstarted_unit():
+    """Juju runs `stop` only for a unit that started (REFERENCE §11): one
+    removed between its install and its start gets `remove` alone."""
+    if not is_flag_set(STOPPED):
+        _tear_down()
+
+
+def _tear_down():
     if is_flag_set(SERIES_UPGRADE):
         # pre-series-upgrade masked it: the mask link is the charm's too
         host.service("unmask", SERVICE)
@@ -398,6 +445,10 @@ def remove_flannel():
     # still go, or a forced removal would leave them all behind.
     _best_effort("release the lease", _release_lease)
     _best_effort("delete flanneld's vxlan devices", daemon.delete_vxlan_links)
+    # flanneld cleans its iptables rules when it starts, not when it exits
+    _best_effort("remove flanneld's iptables rules", _remove_iptables_rules)
+    _best_effort("remove flanneld's routes", _remove_routes)
+    _best_effort("remove the idle pod bridge", _remove_idle_bridge)
     _best_effort("remove the nrpe check", _remove_nrpe_check)
     damaged = unitdata.kv().get(PROBLEM_KEY + "record")  # watch_inputs, this hook
     left = []
@@ -413,9 +464,17 @@ def remove_flannel():
         for path in report.left_changed:
             hookenv.log("Left {}: it changed since flannel installed it".format(path),
                         level=hookenv.WARNING)
+        for path in report.changed_removed:
+            hookenv.log("Removed {}, changed since flannel wrote it: only flannel "
+                        "writes it".format(path), level=hookenv.WARNING)
     # flanneld's lease file would make a later plugin hand out stale addresses.
     if paths.SUBNET_ENV.exists():
         paths.SUBNET_ENV.unlink()
+    # systemd forgets the unit whose file went (and that it failed, if it had)
+    _best_effort("reload systemd", lambda: subprocess.run(
+        ["systemctl", "daemon-reload"], check=True, capture_output=True))
+    _best_effort("forget flannel.service's failure", lambda: subprocess.run(
+        ["systemctl", "reset-failed", SERVICE], check=False, capture_output=True))
     for flag in OWN_FLAGS:
         clear_flag(flag)
     kv = unitdata.kv()
@@ -437,6 +496,36 @@ def _best_effort(what: str, step) -> None:
         step()
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         hookenv.log("Could not {}: {}".format(what, error), level=hookenv.WARNING)
+
+
+def _pod_networks() -> list:
+    """The pod networks flanneld served here: the one etcd confirmed, and
+    the one its subnet.env names (they differ mid-change)."""
+    import ipaddress
+    networks = set()
+    confirmed = unitdata.kv().get(NETWORK_KEY) or {}
+    if confirmed.get("Network"):
+        networks.add(ipaddress.ip_network(confirmed["Network"]))
+    env = read_lease(paths.SUBNET_ENV)
+    if env is not None:
+        networks.add(env.network)
+    return sorted(networks, key=str)
+
+
+def _remove_iptables_rules() -> None:
+    for line in leftovers.remove_iptables_rules():
+        hookenv.log("Removed flanneld's iptables rule: {}".format(line))
+
+
+def _remove_routes() -> None:
+    for line in leftovers.remove_pod_network_routes(_pod_networks()):
+        hookenv.log("Removed flanneld's route {}".format(line))
+
+
+def _remove_idle_bridge() -> None:
+    name = adoption.cni_network_name(paths.CNI_CONFLIST, unitdata.kv().get(NETWORK_NAME_KEY))
+    for line in leftovers.remove_idle_bridge(adoption.HOST_LOCAL_TABLES / name):
+        hookenv.log("Removed {}: no pod is left on it".format(line))
 
 
 def _release_lease() -> None:
@@ -551,7 +640,7 @@ def _file_digest(path: Path) -> str:
 
 def _network_inputs(options, etcd) -> str:
     return _digest(network_config(options), etcd.connection_string(),
-                   etcd.client_credentials())
+                   etcd.client_credentials(), _service_cidr())
 
 
 def _unit_file_inputs(options, etcd) -> str:
@@ -608,7 +697,7 @@ def watch_inputs():
         _look_at_etcd(etcd)
     if etcd is not None and is_flag_set(SERVICE_RUNNING) and (
             not _unchanged(UNIT_FILE_INPUTS_KEY, _unit_file_inputs(options, etcd))
-            or not _flanneld_active()):
+            or not _record().holds(paths.SERVICE_FILE) or not _flanneld_active()):
         clear_flag(SERVICE_RUNNING)
     confirmed = unitdata.kv().get(NETWORK_KEY)
     if is_flag_set(CNI_CONFIGURED) and (
@@ -630,7 +719,8 @@ def assess_status():
     kv = unitdata.kv()
     try:
         parse_options(_config())
-        config_problem = kv.get(PROBLEM_KEY + "network") or kv.get(PROBLEM_KEY + "iface")
+        config_problem = (kv.get(PROBLEM_KEY + "cidr") or kv.get(PROBLEM_KEY + "network")
+                          or kv.get(PROBLEM_KEY + "iface"))
     except InvalidOption as invalid:
         config_problem = str(invalid)
     confirmed = kv.get(NETWORK_KEY)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import Counter
 import os
 import sqlite3
 import subprocess
@@ -146,6 +147,7 @@ class Cluster:
         self.control_plane_app: Optional[OpsKubernetesControlPlaneApp] = None
         self.pods: list[Pod] = []
         self._pod_serial = 0
+        self.pristine: dict[str, NodeState] = {}
 
     # --- lifecycle ------------------------------------------------------------
     def __enter__(self) -> "Cluster":
@@ -188,6 +190,8 @@ class Cluster:
                                        to=[self.machine_ids[CONTROL_PLANE_MACHINE]])
                 self.controller.add_relation(*CONTROL_PLANE_ETCD_RELATION)
             self.controller.settle()
+        # each node as flannel finds it: what flannel_leftovers() compares with
+        self.pristine = {m: self.node_state(m) for m in self.machines}
         return self
 
     def worker_machines(self) -> list[str]:
@@ -413,6 +417,44 @@ class Cluster:
     def flanneld_pids(self, machine: str) -> list[int]:
         return self.machines[machine].pids_of("flanneld")
 
+    def flannel_leftovers(self, machine: str, *, pods_stay: bool = True) -> list[str]:
+        """What `machine` holds now that it did not before flannel came
+        (iptables rules, routes, links, addresses, systemd units), leaving
+        out, with pods_stay, what the pods still running keep."""
+        return self.node_state(machine).gained_since(self.pristine[machine],
+                                                     pods_stay=pods_stay)
+
+    def node_state(self, machine: str) -> "NodeState":
+        """What an operator would look at to see whether a node is as
+        flannel found it: iptables and ip6tables rules per table (counters
+        dropped), routes and addresses of both families, links, and the
+        systemd units the machine knows."""
+        m = self.machines[machine]
+        rules = {}
+        for cmd in ("iptables", "ip6tables"):
+            out = m.run([f"{cmd}-save"], check=False).stdout
+            table = None
+            for line in out.splitlines():
+                if line.startswith("*"):
+                    table = f"{cmd} {line[1:]}"
+                elif table and (line.startswith("-A ") or line.startswith(":")):
+                    entry = line.split(" [", 1)[0] if line.startswith(":") else line
+                    rules.setdefault(table, []).append(entry)
+        routes = {f"{family} {r.get('dst')} dev {r.get('dev')}"
+                  + (f" via {r['gateway']}" if r.get("gateway") else "")
+                  for family in ("-4", "-6") for r in m.ip_json(family, "route", "show")}
+        addresses = {f"{link['ifname']} {a['local']}/{a['prefixlen']}"
+                     for link in m.ip_json("addr", "show")
+                     for a in link.get("addr_info", []) if a.get("scope") != "link"}
+        units = set()
+        for line in m.run(["systemctl", "list-units", "--all", "--no-legend"],
+                          check=False).stdout.splitlines():
+            if line.split():
+                units.add(line.split()[0].lstrip("●*"))
+        return NodeState(rules={t: tuple(sorted(r)) for t, r in rules.items()},
+                         routes=frozenset(routes), links=frozenset(m.links()),
+                         addresses=frozenset(addresses), units=frozenset(units))
+
     def machine_of(self, unit: str) -> str:
         """The name of the machine `unit` runs on."""
         mid = self.controller.unit(unit).get("machine")
@@ -467,6 +509,39 @@ class Cluster:
             pods = ", ".join(f"{p.name}={p.address}" for p in self.pods if p.machine is m) or "-"
             lines.append(f"{name:<8} {m.address or '-':<16} {subnet:<18} {pods}")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's network and init state (Cluster.node_state)."""
+    rules: dict        # "iptables nat" -> sorted "-A ..." and ":CHAIN" lines (twice: twice)
+    routes: frozenset  # "-4 10.1.2.0/24 dev eth0 via 172.31.254.12"
+    links: frozenset
+    addresses: frozenset   # "cni0 10.1.52.1/24" (global scope)
+    units: frozenset       # systemd units the machine lists
+
+    def gained_since(self, before: "NodeState", *, pods_stay: bool = True) -> list[str]:
+        """What this node holds that it did not `before`. With pods_stay,
+        what the pods still running keep is left out (README, "What a node
+        keeps"): their bridge cni0 with its address and route, their veths,
+        and their port-mapping chains (portmap's CNI-*)."""
+        def kept(text: str) -> bool:
+            if not pods_stay:
+                return False
+            words = text.split()
+            return ("cni0" in words or any(w.startswith("veth") for w in words)
+                    or any(w.lstrip(":").startswith("CNI-") for w in words))
+        out = []
+        for table in sorted(set(self.rules) | set(before.rules)):
+            extra = Counter(self.rules.get(table, ())) - Counter(before.rules.get(table, ()))
+            for rule in sorted(extra.elements()):
+                if not kept(rule):
+                    out.append(f"{table}: {rule}")
+        for kind in ("routes", "links", "addresses", "units"):
+            for item in sorted(getattr(self, kind) - getattr(before, kind)):
+                if not kept(item):
+                    out.append(f"{kind[:-1]} {item}")
+        return out
 
 
 class Pinger:

@@ -19,6 +19,8 @@ prints the cycle's time, the pings answered during it, and per machine:
 - links: network links; procs: processes of the machine (its namespaces)
   running for 2 s or more (short-lived helpers left out);
 - alloc: host-local allocations (/var/lib/cni/networks/*/<address>);
+- rules, routes, units: iptables and ip6tables rules (every table), routes
+  of both families and the systemd units the machine lists;
 - rss: resident memory of the machine's processes (flanneld, systemctl's
   Restart= supervisor, ...), MiB;
 
@@ -44,7 +46,7 @@ CHARM_DIRS = ("/usr/local/bin", "/opt/cni/bin", "/etc/cni/net.d", "/lib/systemd/
 AGENTS = "/var/lib/juju/agents"
 RECORD = "flannel-install-record"
 SUBNETS = "/coreos.com/network/subnets/"
-COUNTS = ("files", "agents", "links", "procs", "alloc")
+COUNTS = ("files", "agents", "links", "procs", "alloc", "rules", "routes", "units")
 RSS_SLACK = (0.20, 5.0)   # memory counts as flat within 20 % or 5 MiB
 # processes younger than this are left out of procs and rss: systemctl's
 # Restart= supervisor polls the unit with a short-lived child every 0.2 s
@@ -107,8 +109,16 @@ class Cycle:
     problems: list = field(default_factory=list)
 
 
+def node_counters(cluster, machine: str) -> dict:
+    """iptables rules (both families, every table), routes and systemd units."""
+    state = cluster.node_state(machine)
+    return {"rules": sum(len(r) for r in state.rules.values()), "routes": len(state.routes),
+            "units": len(state.units)}
+
+
 def counters(cluster) -> tuple[dict, int, float]:
-    machines = {m: machine_counters(cluster.machines[m]) for m in cluster.worker_machines()}
+    machines = {m: {**machine_counters(cluster.machines[m]), **node_counters(cluster, m)}
+                for m in cluster.worker_machines()}
     leases = len(cluster.etcd_values(SUBNETS))
     from sandbox.cluster import ETCD
     from sandbox.network import netns_pids
@@ -119,7 +129,8 @@ def counters(cluster) -> tuple[dict, int, float]:
 def line(c: Cycle) -> str:
     per = "  ".join(
         f"{m}: files {v['files']} agents {v['agents']} links {v['links']} procs {v['procs']} "
-        f"alloc {v['alloc']} rss {v['rss']:.1f}" for m, v in c.machines.items())
+        f"alloc {v['alloc']} rules {v['rules']} routes {v['routes']} units {v['units']} "
+        f"rss {v['rss']:.1f}" for m, v in c.machines.items())
     flag = "" if not c.problems else "  PROBLEMS: " + "; ".join(c.problems)
     return (f"cycle {c.n:3d} {c.seconds:6.1f}s pings {c.pings:>7} "
             f"new pod {'ok' if c.new_pod_reached_peer else 'FAILED'}  {per}  "

@@ -13,6 +13,8 @@ checks a user would make:
 - every file the unit's install record claims is on disk with the recorded
   sha256 and mode, no file of the charm's is unrecorded, no temp file of an
   interrupted write is left, the etcd client key is root-only;
+- the machines' iptables rules and systemd units are what they were before
+  the fault (none twice, none gone, none of an old network's left);
 - the pods that ran before the fault still ping across machines, and a new
   pod on each machine gets an address and pings.
 """
@@ -118,6 +120,7 @@ class FaultBench:
         """Remember every worker file (sha256) and, with pods, start a pod on
         each machine that has none yet: what verify() holds the row to."""
         self.worker_files = {m: self._worker_files(m) for m in self.cluster.worker_machines()}
+        self.node_states = {m: self.cluster.node_state(m) for m in self.cluster.worker_machines()}
         if pods:
             for m in self.cluster.worker_machines():
                 if m not in self.pods:
@@ -281,11 +284,25 @@ class FaultBench:
                                     f"{peer.name} ({peer.address}) on {other}")
         return problems
 
+    def rule_problems(self) -> list[str]:
+        """iptables rules and systemd units that differ from snapshot()'s,
+        either way: flanneld's rules twice, an old network's left, a rule
+        gone, a unit left (the pods' own rules, portmap's, aside)."""
+        problems = []
+        for machine, before in getattr(self, "node_states", {}).items():
+            now = self.cluster.node_state(machine)
+            watched = ("iptables", "ip6tables", "unit ")
+            problems += [f"{machine}: {x} gained" for x in now.gained_since(before)
+                         if x.startswith(watched)]
+            problems += [f"{machine}: {x} gone" for x in before.gained_since(now)
+                         if x.startswith(watched)]
+        return problems
+
     def verify(self, *, units: Optional[Iterable[str]] = None, pods: bool = True
                ) -> tuple[int, list[str]]:
         """(files lost, problems) after recovery; see the module's docstring."""
         lost = self.lost_worker_files()
-        problems = list(lost)
+        problems = list(lost) + self.rule_problems()
         for unit in (self.cluster.flannel_units() if units is None else units):
             problems += self.record_problems(unit)
         if pods:

@@ -147,7 +147,7 @@ def _leftovers(bench: FaultBench, machine: str) -> list[str]:
         out.append("/etc/ssl/flannel/")
     if bench.cluster.flanneld_pids(machine):
         out.append("a running flanneld")
-    out += [f"link {link}" for link in m.links() if link.startswith("flannel.")]
+    out += bench.cluster.flannel_leftovers(machine)   # rules, routes, links, units
     return out
 
 

@@ -392,8 +392,12 @@ class ModelOperations:
                     self._enqueue(self._hook_entry(m, unit, rel, "broken"))
                 else:
                     rel["left"].append(unit)
-            if rec["installed"]:
+            # Juju's teardown (worker/uniter resolver.go, Dying): `stop` only
+            # for a unit that started (and not stopped), `remove` for one that
+            # installed; a unit removed between install and start gets remove alone
+            if rec["started"]:
                 self._enqueue({"unit": unit, "op": "hook", "hook": "stop"})
+            if rec["installed"]:
                 self._enqueue({"unit": unit, "op": "hook", "hook": "remove"})
             self._enqueue({"unit": unit, "op": "destroy"})
 

@@ -98,10 +98,14 @@ class HookScheduler:
     def pending(self) -> list[dict]:
         return [dict(e) for e in self.queue]
 
-    def settle(self, max_hooks: int = 2000, timeout: float | None = None) -> list[HookRun]:
+    def settle(self, max_hooks: int = 2000, timeout: float | None = None,
+               stop_before=None) -> list[HookRun]:
         """Run queued work until nothing runnable is left (units in error
-        keep their queue).  Hooks of units on different machines run at the
-        same time (up to `self.parallel`), as Juju's unit agents do; one
+        keep their queue), or, with stop_before(entry) true for the next
+        runnable entry, until the hooks running finish: the model as it is
+        at that point (a unit removed before its start hook ran, say).
+        Hooks of units on different machines run at the same time (up to
+        `self.parallel`), as Juju's unit agents do; one
         machine runs one hook at a time.  The queue and the model's
         bookkeeping are only touched here, in the calling thread; worker
         threads only run hook processes (or emulated hooks).  Returns the
@@ -110,6 +114,7 @@ class HookScheduler:
         deadline = time.monotonic() + timeout if timeout else None
         steps = 0
         running: dict = {}  # future -> (entry, job)
+        stopped = False
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.parallel),
                                                    thread_name_prefix="hook") as pool:
             try:
@@ -117,8 +122,10 @@ class HookScheduler:
                     busy_units = {e["unit"] for e, _ in running.values()}
                     busy_lanes = {job["lane"] for _, job in running.values()}
                     entry = None
-                    if len(running) < max(1, self.parallel):
+                    if len(running) < max(1, self.parallel) and not stopped:
                         entry = self._next_entry(self.state.read(), busy_units, busy_lanes)
+                        if entry is not None and stop_before is not None and stop_before(entry):
+                            entry, stopped = None, True
                     if entry is not None:
                         steps += 1
                         if steps > max_hooks * 4 or len(self.hook_log) - start > max_hooks:

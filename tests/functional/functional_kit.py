@@ -103,6 +103,8 @@ class ScenarioRun:
     first_pods: list[PodAttempt] = field(default_factory=list)
     units_after_remove: list[str] = field(default_factory=list)
     flanneld_after_remove: dict[str, list[int]] = field(default_factory=dict)
+    # machine -> what flannel left on it (Cluster.flannel_leftovers)
+    leftovers_after_remove: dict[str, list[str]] = field(default_factory=dict)
     readd_status: str = ""   # "" when every unit came back in readd_state, else the error
     readd_messages: dict[str, str] = field(default_factory=dict)  # unit -> status message
     new_pods: list[PodAttempt] = field(default_factory=list)
@@ -138,6 +140,8 @@ def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
         cluster.remove_cni_relation()
     run.units_after_remove = cluster.flannel_units()
     run.flanneld_after_remove = {m: cluster.flanneld_pids(m) for m in cluster.machines}
+    run.leftovers_after_remove = {m: cluster.flannel_leftovers(m)
+                                  for m in cluster.worker_machines()}
     compare("remove-relation")
     with cluster.timings.phase("add-relation flannel:cni kubernetes-worker:cni", say):
         cluster.add_cni_relation()

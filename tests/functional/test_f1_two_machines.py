@@ -9,6 +9,7 @@ nearly every hook.
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 
 import pytest
@@ -64,6 +65,8 @@ def test_remove_and_readd_relation_new_pods_get_addresses_and_worker_plugins_kep
     assert run.units_after_remove == [], "flannel units left after remove-relation"
     assert run.flanneld_after_remove == {m: [] for m in MACHINES}, \
         f"flanneld still running after remove-relation: {run.flanneld_after_remove}"
+    # no iptables chain or jump, route, device or unit of flannel's stays
+    assert run.leftovers_after_remove == {m: [] for m in MACHINES}, run.leftovers_after_remove
     assert not run.readd_status, run.readd_status
     assert all(p.address for p in run.new_pods), \
         "new pods after add-relation: " + "; ".join(map(str, run.new_pods))
@@ -191,11 +194,44 @@ INVALID = [
     ({"subnet-len": 8}, "subnet-len"),
     # valid alone, but not while nodes hold vxlan leases
     ({"backend": "host-gw"}, "backend"),
+    # valid flannel config, but the machines' own network (172.31.254.0/24):
+    # before, etcd took it and every unit said active with a subnet of it
+    ({"cidr": "172.31.0.0/16"}, "cidr"),
+    # interfaces that exist but cannot carry the overlay (made by
+    # unfit_interfaces): before, flanneld was restarted on each of them
+    ({"iface": "fl-down"}, "iface"),
+    ({"iface": "fl-noip"}, "iface"),
+    ({"iface": "lo"}, "iface"),
+    ({"iface": "fd00:77::1"}, "iface"),
 ]
+INVALID_IDS = [f"{o}={list(bad.values())[0]}" for bad, o in INVALID]
 
 
-@pytest.mark.parametrize("bad,option", INVALID, ids=[o for _, o in INVALID])
+@contextlib.contextmanager
+def unfit_interfaces(cluster):
+    """On every machine, for the block: fl-down, with an IPv4 address on a
+    link that is down; fl-noip, up with only an IPv6 address (fd00:77::N)."""
+    for n, machine in enumerate(cluster.machines.values(), start=1):
+        machine.run(["sh", "-ec",
+                     "ip link add fl-down type veth peer name fl-downp\n"
+                     f"ip addr add 192.168.77.{n}/24 dev fl-down\n"
+                     "ip link add fl-noip type veth peer name fl-noipp\n"
+                     "ip link set fl-noipp up && ip link set fl-noip up\n"
+                     f"ip addr add fd00:77::{n}/64 dev fl-noip nodad"])
+    try:
+        yield
+    finally:   # a veth goes with its peer
+        for machine in cluster.machines.values():
+            machine.run(["sh", "-c", "ip link del fl-down; ip link del fl-noip"], check=False)
+
+
+@pytest.mark.parametrize("bad,option", INVALID, ids=INVALID_IDS)
 def test_invalid_config_blocks_and_leaves_network_alone(two, bad, option):
+    with unfit_interfaces(two):
+        invalid_config_blocks_and_leaves_network_alone(two, bad, option)
+
+
+def invalid_config_blocks_and_leaves_network_alone(two, bad, option):
     settled = two.network_config()
     assert ipaddress.ip_network(settled["Network"]).prefixlen == 16  # subnet-len 8 is invalid
     pids = {m: two.flanneld_pids(m) for m in MACHINES}
@@ -218,6 +254,64 @@ def test_invalid_config_blocks_and_leaves_network_alone(two, bad, option):
     assert two.network_config() == settled
     assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
     assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
+UNIT_FILE = "/lib/systemd/system/flannel.service"
+MALFORMED = {
+    # before, rendered raw into ExecStart: a line of its own in the unit file
+    "newline": "{good}\nExecStartPre=/bin/touch /flannel-pwned",
+    # before, extra flanneld flags
+    "space": "{good} -etcd-prefix=/elsewhere",
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_malformed_etcd_relation_data_waits_and_reaches_no_unit_file(two, kind):
+    """Relation data is input: an etcd connection string that is not a list
+    of https://host:port gives a waiting status naming the relation, and the
+    unit file, flanneld and the pods' traffic stay as they were."""
+    etcd = two.controller.emulated["etcd"]
+    good = etcd.connection_string
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    unit_files = {m: two.machines[m].read_file(UNIT_FILE) for m in MACHINES}
+    pods = pods_everywhere(two)
+    try:
+        with two.timings.phase(f"etcd publishes a connection string with a {kind}", two.say):
+            etcd.update(connection_string=MALFORMED[kind].format(good=good))
+            two.settle()
+            messages = two.wait_for_flannel(timeout=60, state="waiting")
+        for unit, message in messages.items():
+            assert message.startswith("etcd relation: connection string"), f"{unit}: {message!r}"
+            assert "not https://host:port" in message, message
+        assert {m: two.machines[m].read_file(UNIT_FILE) for m in MACHINES} == unit_files
+        assert not any(two.machines[m].exists("/flannel-pwned") for m in MACHINES)
+        assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+        assert_ping_both_ways(pods["m1"], pods["m2"])
+    finally:
+        etcd.update(connection_string=good)
+        two.settle()
+        two.wait_for_flannel(timeout=120)
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+
+
+def test_etcd_tls_material_that_is_not_pem_waits_and_keeps_the_client_files(two):
+    etcd = two.controller.emulated["etcd"]
+    good = etcd.client_key
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    keys = {m: two.machines[m].read_file("/etc/ssl/flannel/client-key.pem") for m in MACHINES}
+    try:
+        etcd.update(client_key="not a key")
+        two.settle()
+        messages = two.wait_for_flannel(timeout=60, state="waiting")
+        assert set(messages.values()) == {"etcd relation: the client key is not PEM"}, messages
+        assert {m: two.machines[m].read_file("/etc/ssl/flannel/client-key.pem")
+                for m in MACHINES} == keys
+        assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+    finally:
+        etcd.update(client_key=good)
+        two.settle()
+        two.wait_for_flannel(timeout=120)
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
 
 
 # --- 6. etcd relation, upgrade-charm -------------------------------------------------------

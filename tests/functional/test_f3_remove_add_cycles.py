@@ -5,7 +5,8 @@ the everyday profile, ten in the full one (sandbox.profile; the 50-cycle
 soak is `python -m sandbox soak`).
 
 After each removal: no flanneld, no flannel.1, none of the files the charm
-installed, the worker's plugins byte for byte as before flannel came. After
+installed, no iptables rule, route or systemd unit of flannel's, the worker's
+plugins byte for byte as before flannel came. After
 each re-add: every unit active and a new pod gets an address. Each cycle's
 time is printed (one machine bounds it; each new unit installs its Python
 dependencies from the wheelhouse)."""
@@ -43,6 +44,7 @@ def test_remove_add_cycles_leave_nothing_behind_and_pods_keep_working(
             assert cluster.flannel_units() == [], f"cycle {cycle}: units left"
             assert cluster.flanneld_pids("m1") == [], f"cycle {cycle}: flanneld still runs"
             assert cluster.vxlan_links("m1") == {}, f"cycle {cycle}: vxlan device left behind"
+            assert cluster.flannel_leftovers("m1") == [], f"cycle {cycle}: flannel left these"
             left = [p for p in CHARM_PATHS if machine.exists(p)]
             assert left == [], f"cycle {cycle}: the charm's files left behind: {left}"
             assert plugin_differences(before, {"m1": plugin_bytes(cluster, "m1")}) == [], \

@@ -60,6 +60,7 @@ def old_unit(layout, charm_dir, revision):
     for name, data in WORKER.items():
         write(layout.cni_bin_dir / name, data, 0o755)
     write(charm_dir / "files" / "flannel" / "flanneld", b"old flanneld", 0o755)
+    write(charm_dir / "files" / "flannel" / "etcdctl", b"old etcdctl", 0o755)
     write(charm_dir / "files" / "flannel" / "cni-plugin" / "flannel", b"old charm's plugin", 0o755)
     plugin = b"old charm's plugin" if revision == "a69755c" else b"worker's flannel v0.7"
     write(layout.cni_plugin, plugin, 0o755)
@@ -78,7 +79,7 @@ def test_the_old_charms_files_become_ours_and_the_workers_never(
     old_unit(layout, charm_dir, revision)
     result = adopt(record, OLD_FLAGS, charm_dir, layout)
     assert result.found
-    expected = set(layout.only_the_old_charm_wrote())
+    expected = set(layout.only_the_old_charm_wrote()) | set(layout.old_charms_binaries())
     if revision == "a69755c":
         expected.add(layout.cni_plugin)
     assert set(result.adopted) == expected
@@ -118,13 +119,29 @@ def test_without_the_old_extract_the_plugin_is_not_adopted(layout, charm_dir, re
     assert layout.cni_plugin in result.left
 
 
+@pytest.mark.parametrize("binary", ["etcdctl", "flanneld"])
+def test_a_binary_someone_installed_since_is_theirs_and_stays_after_stop(
+        layout, charm_dir, record, binary):
+    """Adoption by content: an etcdctl the operator installed after the old
+    charm (or a flanneld of their own) is not the extract's bytes, so it is
+    never claimed; before, the old charm's flags alone made it flannel's and
+    stop deleted it."""
+    old_unit(layout, charm_dir, "a69755c")
+    theirs = getattr(layout, binary)
+    write(theirs, b"the operator's own " + binary.encode(), 0o755)
+    result = adopt(record, OLD_FLAGS, charm_dir, layout)
+    assert theirs not in result.adopted and theirs in result.left
+    record.remove_all()
+    assert theirs.read_bytes() == b"the operator's own " + binary.encode()
+
+
 @pytest.mark.parametrize("revision", ["f79f180", "a69755c"])
 def test_stop_after_adoption_leaves_nothing_of_flannel_and_every_worker_plugin(
         layout, charm_dir, record, revision):
     old_unit(layout, charm_dir, revision)
     adopt(record, OLD_FLAGS, charm_dir, layout)
     record.remove_all()
-    for path in layout.only_the_old_charm_wrote():
+    for path in layout.only_the_old_charm_wrote() + layout.old_charms_binaries():
         assert not path.exists(), path
     assert not layout.tls_dir.exists()
     for name, data in WORKER.items():

@@ -1,7 +1,9 @@
 """etcd client credentials land root-only, and go with the rest on stop."""
 import stat
 
-from charms.flannel.credentials import client_files, write_client_credentials
+import pytest
+
+from charms.flannel.credentials import client_files, pem_problem, write_client_credentials
 from charms.flannel.install_record import InstallRecord
 
 CA, CERT, KEY = "-----CA-----\n", "-----CERT-----\n", "-----KEY-----\n"
@@ -35,3 +37,27 @@ def test_removal_takes_the_credentials_and_their_directory_only(tmp_path):
     record.remove_all()
     assert not directory.exists()
     assert (tmp_path / "ssl/certs").is_dir()
+
+
+# -- the relation's TLS material is input --------------------------------------
+
+def test_pem_problem_accepts_the_relations_real_credentials(pki):
+    assert pem_problem(pki.ca_cert.read_text(), pki.client_cert.read_text(),
+                       pki.client_key.read_text()) is None
+
+
+@pytest.mark.parametrize("which, value, says", [
+    ("ca", "not a certificate", "the CA certificate is not PEM"),
+    ("cert", "", "the client certificate is not PEM"),
+    ("key", None, "the client key is not PEM"),
+    ("key", "CERT", "the client key is a PEM CERTIFICATE, not a PRIVATE KEY"),
+    ("cert", "-----BEGIN CERTIFICATE-----\n@@@@\n-----END CERTIFICATE-----\n",
+     "the client certificate is not PEM"),
+])
+def test_tls_material_that_is_not_pem_is_named_and_never_shown(pki, which, value, says):
+    good = {"ca": pki.ca_cert.read_text(), "cert": pki.client_cert.read_text(),
+            "key": pki.client_key.read_text()}
+    good[which] = good["cert"] if value == "CERT" else value
+    problem = pem_problem(good["ca"], good["cert"], good["key"])
+    assert problem == f"etcd relation: {says}"
+    assert "BEGIN" not in problem

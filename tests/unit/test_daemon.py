@@ -236,7 +236,7 @@ def test_network_shape_reads_what_flanneld_reads():
 
 # -- the interface flanneld uses (item 10 of issue 8) ---------------------------
 # On main the charm took the first bind address whatever it was (a fan-*
-# bridge included) and had no binding_interface/interface_exists
+# bridge included) and had no binding_interface
 # (AttributeError), so a missing `iface` stopped flanneld for nothing.
 
 def bound(*names):
@@ -268,10 +268,3 @@ def test_default_route_interface_reads_this_machine_s_routes():
     shown = json.loads(subprocess.run(["ip", "-j", "route", "show", "default"],
                                       capture_output=True, text=True).stdout or "[]")
     assert daemon.default_route_interface() == (shown[0]["dev"] if shown else "")
-
-
-def test_interface_exists_knows_this_machine_s_links_and_addresses():
-    assert daemon.interface_exists("lo")
-    assert daemon.interface_exists("127.0.0.1")
-    assert not daemon.interface_exists("nosuch0")
-    assert not daemon.interface_exists("192.0.2.254")  # TEST-NET-1: nobody's

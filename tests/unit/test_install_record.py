@@ -587,3 +587,31 @@ def test_a_directory_someone_makes_meanwhile_is_theirs(record, tmp_path, monkeyp
     monkeypatch.undo()
     record.remove_all()
     assert (tmp_path / "shared").is_dir() and not target.exists()
+
+
+def test_a_unit_file_edited_since_never_becomes_an_original(record, tmp_path):
+    """A path only flannel writes (its unit file, conflist, client files):
+    someone's edit is overwritten by the next render and the file goes on
+    stop. Before, the edit became the "original" stop put back: a disabled
+    flannel.service pointing at the flanneld stop had just deleted."""
+    unit = tmp_path / "systemd" / "flannel.service"
+    record.install(unit, b"ExecStart=/usr/local/bin/flanneld\n", 0o644, sole=True)
+    unit.write_bytes(b"ExecStart=/usr/local/bin/flanneld -v=10\n")
+    assert record.holds(unit) is False          # what a hook checks before skipping
+    assert record.install(unit, b"ExecStart=/usr/local/bin/flanneld\n", 0o644, sole=True)
+    report = record.remove_all()
+    assert not unit.exists()
+    assert report.restored == [] and report.removed == [unit]
+
+
+def test_a_sole_path_edited_after_the_last_hook_still_goes_on_stop(record, tmp_path):
+    conflist = tmp_path / "net.d" / "10-flannel.conflist"
+    conflist.parent.mkdir()
+    conflist.write_bytes(b'{"name": "stale, from before"}')
+    record.install(conflist, b'{"name": "CDK-flannel-network"}', 0o644, sole=True)
+    conflist.write_bytes(b'{"name": "edited"}')
+    report = record.remove_all()
+    assert not conflist.exists()
+    assert report.changed_removed == [conflist] and report.restored == []
+    assert not (record.directory / "originals").exists() or not any(
+        (record.directory / "originals").rglob("*.conflist"))

@@ -68,6 +68,13 @@ def test_an_endpoint_without_port_gets_etcds_port():
     ("http://10.0.0.5:2379", "not https://host:port"),
     ("10.0.0.5:2379", "not https://host:port"),
     ("https://10.0.0.5:99999", "not https://host:port"),
+    # relation data is input: nothing but host and port may reach the unit file
+    ("https://10.0.0.5:2379\nExecStartPre=/bin/touch /pwned", "not https://host:port"),
+    ("https://10.0.0.5:2379 -etcd-prefix=/elsewhere", "not https://host:port"),
+    ("https://10.0.0.5\t:2379", "not https://host:port"),
+    ("https://etcd$(id).example:2379", "not https://host:port"),
+    ("https://10.0.0.5:2379/v2/keys", "not https://host:port"),
+    ("https://user@10.0.0.5:2379", "not https://host:port"),
 ])
 def test_an_unusable_connection_string_is_a_reason_to_wait(value, text):
     with pytest.raises(EtcdUnavailable) as caught:

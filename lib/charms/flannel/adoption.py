@@ -9,9 +9,12 @@ The rule that tells "the old charm wrote this" from "the worker shipped this":
 
 1. Nothing is adopted unless the unit's state DB holds a flag only the old
    charm ever set (OLD_ONLY_FLAGS): the evidence that the old charm ran here.
-2. Paths no principal ever ships are the old charm's: flanneld, etcdctl,
-   flannel.service, 10-flannel.conflist (and the older 10-flannel.conf), the
-   etcd client credentials in /etc/ssl/flannel.
+2. Paths no principal ever ships are the old charm's: flannel.service,
+   10-flannel.conflist (and the older 10-flannel.conf), the etcd client
+   credentials in /etc/ssl/flannel. The binaries flanneld and etcdctl in
+   /usr/local/bin are the old charm's only if their bytes are the ones it
+   unpacked into $CHARM_DIR/files/flannel/ (an operator may have installed
+   an etcdctl of their own there since): otherwise they stay theirs.
 3. The worker's plugins (bridge, host-local, loopback, portmap) are never
    adopted, whoever deleted or wrote them last.
 4. /opt/cni/bin/flannel is the old charm's only if it is byte for byte the
@@ -68,7 +71,8 @@ OLD_DATA_KEYS = ("reactive.data_changed.flannel_etcd_connections",
 
 WORKER_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 # Where the old charm unpacked its resource, relative to $CHARM_DIR.
-OLD_EXTRACT_PLUGIN = Path("files") / "flannel" / "cni-plugin" / "flannel"
+OLD_EXTRACT = Path("files") / "flannel"
+OLD_EXTRACT_PLUGIN = OLD_EXTRACT / "cni-plugin" / "flannel"
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,13 @@ class OldCharmLayout:
                       for name, value in cls().__dict__.items()})
 
     def only_the_old_charm_wrote(self) -> tuple[Path, ...]:
-        return (self.flanneld, self.etcdctl, self.service_file, self.conflist,
+        return (self.service_file, self.conflist,
                 self.tls_dir / paths.ETCD_CA_NAME, self.tls_dir / paths.ETCD_CERT_NAME,
                 self.tls_dir / paths.ETCD_KEY_NAME)
+
+    def old_charms_binaries(self) -> tuple[Path, ...]:
+        """Installed from its resource's extract: the old charm's by content."""
+        return (self.flanneld, self.etcdctl)
 
     @property
     def cni_plugin(self) -> Path:
@@ -170,10 +178,15 @@ def _sha256(path: Path) -> Optional[str]:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def unpacked_by_old_charm(path: Path, extract: Path) -> bool:
+    """The file is byte for byte the one the old charm unpacked (rules 2, 4)."""
+    ours = _sha256(path)
+    return ours is not None and ours == _sha256(extract)
+
+
 def old_charm_installed_plugin(plugin: Path, charm_dir: Path) -> bool:
     """Rule 4: the plugin is the very file the old charm unpacked."""
-    ours = _sha256(plugin)
-    return ours is not None and ours == _sha256(charm_dir / OLD_EXTRACT_PLUGIN)
+    return unpacked_by_old_charm(plugin, charm_dir / OLD_EXTRACT_PLUGIN)
 
 
 def adopt(record: InstallRecord, flags: Iterable[str], charm_dir: Path,
@@ -190,6 +203,13 @@ def adopt(record: InstallRecord, flags: Iterable[str], charm_dir: Path,
         mode = paths.ETCD_TLS_FILE_MODE if path.parent == layout.tls_dir else None
         if record.adopt(path, mode):
             result.adopted.append(path)
+    for path in layout.old_charms_binaries():
+        if unpacked_by_old_charm(path, charm_dir / OLD_EXTRACT / path.name):
+            if record.adopt(path):
+                result.adopted.append(path)
+        elif path.exists():
+            result.left[path] = ("not the binary the old charm unpacked: someone else's, "
+                                 "never deleted")
     if layout.tls_dir.is_dir():
         record.adopt_directory(layout.tls_dir, paths.ETCD_TLS_DIR_MODE)
     plugin = layout.cni_plugin

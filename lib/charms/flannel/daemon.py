@@ -188,16 +188,3 @@ def default_route_interface() -> str:
                            text=True)
     routes = json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
     return next((route["dev"] for route in routes if route.get("dev")), "")
-
-
-def interface_exists(iface: str, sys_class_net: Path = Path("/sys/class/net")) -> bool:
-    """Whether flanneld's -iface value names an interface of this machine:
-    a link name, or an IP address one of its links holds."""
-    try:
-        address = ipaddress.ip_address(iface)
-    except ValueError:
-        return (sys_class_net / iface).exists()
-    shown = subprocess.run(["ip", "-j", "addr", "show"], capture_output=True, text=True)
-    links = json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
-    return any(ipaddress.ip_address(entry["local"]) == address
-               for link in links for entry in link.get("addr_info", []) if "local" in entry)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import ipaddress
 import json
 import re
 import socket
@@ -53,19 +54,40 @@ def parse_endpoints(connection_string: str) -> tuple[str, ...]:
     return tuple(endpoints)
 
 
+# A DNS name as etcd's certificates carry it: labels of letters, digits, '-'.
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+
+
 def _normalise_endpoint(item: str, whole: str) -> str:
-    try:
-        url = urlsplit(item)
-        port = url.port or DEFAULT_ETCD_PORT
-    except ValueError:
-        url, port = None, 0
-    if url is None or url.scheme != "https" or not url.hostname:
+    """Relation data is input: only "https://<IP or DNS name>:<port>" leaves
+    here, rebuilt from its parsed parts, so that nothing else of the string
+    (a newline, a space, a path) reaches flanneld's command line or its unit
+    file. urlsplit drops tabs and newlines silently: they are refused first."""
+    url, port = None, 0
+    if item.isprintable() and not any(c.isspace() for c in item):
+        try:
+            url = urlsplit(item)
+            port = url.port or DEFAULT_ETCD_PORT
+        except ValueError:
+            url = None
+    host = url.hostname if url is not None else None
+    if url is None or url.scheme != "https" or not host or not _plain_host(host) or (
+            url.path not in ("", "/")) or url.query or url.fragment or url.username:
         raise EtcdUnavailable(
-            f"etcd connection string {whole!r} has an endpoint that is not "
+            f"etcd relation: connection string {whole!r} has an endpoint that is not "
             f"https://host:port: {item!r}"
         )
-    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    host = f"[{host}]" if ":" in host else host
     return f"https://{host}:{port}"
+
+
+def _plain_host(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(_HOST_NAME.fullmatch(host))
 
 
 def ordered(endpoints: Iterable[str], preferred: Optional[str]) -> list[str]:

@@ -13,6 +13,11 @@ installed, and nothing else.
   else put there is kept as the original first, and remove_all() puts it back.
 - adopt() takes a file a previous charm of the application wrote as the
   charm's own, with no original (charms.flannel.adoption).
+- A path only this charm writes (its unit file, conflist, etcd client files:
+  install(..., sole=True)) never gets an original, whatever stood there or
+  was edited in since: putting an edited unit file back on stop would leave
+  a unit pointing at a flanneld that is gone. remove_all() removes it even
+  if it changed (and reports it in changed_removed).
 - Directories are removed only if the charm created them and they are empty.
 
 - A record that cannot be read (truncated, not JSON, not the record's
@@ -46,6 +51,7 @@ class RemovalReport:
     removed: list[Path] = field(default_factory=list)  # deleted: the charm's own files
     restored: list[Path] = field(default_factory=list)  # pre-charm original put back
     left_changed: list[Path] = field(default_factory=list)  # changed since; left alone
+    changed_removed: list[Path] = field(default_factory=list)  # sole paths changed since
     gone: list[Path] = field(default_factory=list)  # already absent; nothing to do
     directories_removed: list[Path] = field(default_factory=list)
 
@@ -145,13 +151,14 @@ class InstallRecord:
 
     # -- public API ---------------------------------------------------------
 
-    def install(self, path: Path | str, data: bytes, mode: int) -> bool:
+    def install(self, path: Path | str, data: bytes, mode: int, *, sole: bool = False) -> bool:
         """Atomically put data at path with mode; True if the content changed.
 
         The first time the charm writes a path, whatever stood there is kept so
-        remove_all() can restore it. The record is saved before the file is
-        written, so a crash in between leaves a file the record does not claim
-        as the charm's (remove_all then leaves it), never an unrecorded one.
+        remove_all() can restore it (not for a `sole` path: see the module
+        doc). The record is saved before the file is written, so a crash in
+        between leaves a file the record does not claim as the charm's
+        (remove_all then leaves it), never an unrecorded one.
         """
         path = _absolute(path)
         self.ensure_directory(path.parent, DEFAULT_DIR_MODE)
@@ -162,8 +169,11 @@ class InstallRecord:
         key = str(path)
         entry = self._files.get(key)
         if entry is None:
-            entry = {"original": self._keep_original(path)}
+            entry = {"original": None if sole else self._keep_original(path)}
             self._files[key] = entry
+        if sole:
+            entry["sole"] = True
+            entry["original"] = None
         elif current is not None and current not in (entry.get("sha256"), wanted,
                                                      entry.get("previous")):
             # Someone put their own file here since the charm wrote it (a
@@ -289,7 +299,11 @@ class InstallRecord:
             return
         ours = {entry.get("sha256"), entry.get("previous")} - {None}
         if _sha256_file(path) not in ours:  # None (no regular file) never is
-            report.left_changed.append(path)
+            if entry.get("sole") and not path.is_dir():
+                path.unlink()
+                report.changed_removed.append(path)
+            else:
+                report.left_changed.append(path)
             return
         original = entry.get("original")
         if original is None:

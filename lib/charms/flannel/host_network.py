@@ -1,0 +1,156 @@
+"""The machine's own networks and interfaces: what the options must fit.
+
+A pod network that overlaps a network the machine is attached to, routes to,
+or the Kubernetes service network sends that traffic to pods (or pods'
+traffic nowhere): flanneld takes any cidr, so the charm refuses it first. An
+`iface` flanneld cannot carry the overlay on (down, loopback, without an IPv4
+address, an IPv6 address) makes flanneld fail or, worse, run on a dead link:
+refused before flanneld is restarted.
+
+Both checks are pure functions of `ip -j` output (read_links, read_routes),
+so tests give them a real machine's or a written one; each returns the
+InvalidOption the unit shows as blocked, or None.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from .options import InvalidOption
+
+# Devices whose addresses and routes are flannel's or its pods' own.
+FLANNEL_DEVICE_PREFIXES = ("flannel.", "flannel-v6.", "cni0", "veth")
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    up: bool          # administratively up with carrier (operstate UP/UNKNOWN)
+    loopback: bool
+    addresses: tuple  # ipaddress.IPv4Interface / IPv6Interface, scope global/host
+
+
+def _ip_json(*args: str) -> list:
+    shown = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=30)
+    return json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
+
+
+def links_from(addr_show: Iterable[dict]) -> list[Link]:
+    """Links from `ip -j addr show` entries."""
+    links = []
+    for entry in addr_show:
+        flags = entry.get("flags", [])
+        state = entry.get("operstate", "UNKNOWN")
+        addresses = []
+        for info in entry.get("addr_info", []):
+            if "local" in info and info.get("scope") != "link":
+                addresses.append(ipaddress.ip_interface(f"{info['local']}/{info['prefixlen']}"))
+        links.append(Link(
+            name=entry.get("ifname", ""),
+            up="UP" in flags and state in ("UP", "UNKNOWN") and "NO-CARRIER" not in flags,
+            loopback="LOOPBACK" in flags or entry.get("link_type") == "loopback",
+            addresses=tuple(addresses)))
+    return links
+
+
+def read_links() -> list[Link]:
+    return links_from(_ip_json("addr", "show"))
+
+
+def read_routes() -> list[dict]:
+    """IPv4 routes of every table (`ip -j -4 route show table all`)."""
+    return _ip_json("-4", "route", "show", "table", "all")
+
+
+def _flannels(device: str) -> bool:
+    return device.startswith(FLANNEL_DEVICE_PREFIXES)
+
+
+def machine_networks(links: Iterable[Link], routes: Iterable[dict],
+                     pod_networks: Sequence[ipaddress.IPv4Network] = ()
+                     ) -> list[tuple[ipaddress.IPv4Network, str]]:
+    """The IPv4 networks this machine is attached to or routes to, each with
+    where it comes from, for an operator: the default route and flannel's
+    own (its devices, the pod networks it serves now) left out."""
+    def ours(network: ipaddress.IPv4Network) -> bool:
+        return any(network.subnet_of(pod) for pod in pod_networks)
+
+    found: dict[ipaddress.IPv4Network, str] = {}
+    for link in links:
+        if _flannels(link.name):
+            continue
+        for address in link.addresses:
+            if address.version == 4 and not ours(address.network) and not link.loopback:
+                found.setdefault(address.network, f"the network of {link.name} ({address})")
+    for route in routes:
+        dst, dev = route.get("dst", ""), route.get("dev", "")
+        if dst in ("", "default") or _flannels(dev) or route.get("type") in (
+                "local", "broadcast", "multicast"):
+            continue
+        try:
+            network = ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            continue
+        if network.version != 4 or network.prefixlen == 0 or ours(network):
+            continue
+        via = f" via {route['gateway']}" if route.get("gateway") else ""
+        found.setdefault(network, f"a route of this machine ({dst}{via} dev {dev})")
+    return sorted(found.items(), key=lambda item: (item[0].network_address, item[0].prefixlen))
+
+
+def cidr_conflict(cidr: ipaddress.IPv4Network,
+                  networks: Iterable[tuple[ipaddress.IPv4Network, str]],
+                  service_cidr: Optional[str] = None) -> Optional[InvalidOption]:
+    """Why `cidr` cannot be the pod network here, or None."""
+    for network, where in networks:
+        if cidr.overlaps(network):
+            return InvalidOption(
+                "cidr", f"{cidr} overlaps {network}, {where}; use a range this "
+                        "machine neither is on nor routes to")
+    for item in (service_cidr or "").split(","):
+        try:
+            service = ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError:
+            continue
+        if service.version == 4 and cidr.overlaps(service):
+            return InvalidOption(
+                "cidr", f"{cidr} overlaps the Kubernetes service-cidr {service} the "
+                        "control plane publishes; use a range outside it")
+    return None
+
+
+def iface_problem(iface: str, links: Iterable[Link]) -> Optional[InvalidOption]:
+    """Why flanneld cannot carry the overlay on `iface` (a link name or an
+    address of one), or None."""
+    links = list(links)
+    try:
+        address = ipaddress.ip_address(iface)
+    except ValueError:
+        address = None
+    if address is not None:
+        if address.version == 6:
+            return InvalidOption("iface", f'"{iface}" is an IPv6 address; flannel carries '
+                                          "its overlay over IPv4: give an IPv4 address or "
+                                          "an interface name")
+        holders = [link for link in links if any(a.ip == address for a in link.addresses)]
+        if not holders:
+            return InvalidOption("iface", f'"{iface}" is not an address of this machine')
+        link = holders[0]
+    else:
+        named = [link for link in links if link.name == iface]
+        if not named:
+            return InvalidOption("iface", f'"{iface}" is not an interface of this machine')
+        link = named[0]
+    if link.loopback or (address is not None and address.is_loopback):
+        return InvalidOption("iface", f'"{iface}" is the loopback interface; use one '
+                                      "that reaches the other machines")
+    if not link.up:
+        return InvalidOption("iface", f'"{iface}" is down ({link.name} has no carrier '
+                                      "or is not up); bring it up or choose another")
+    if not any(a.version == 4 for a in link.addresses):
+        return InvalidOption("iface", f'"{iface}" has no IPv4 address; flanneld needs '
+                                      "one to reach the other machines")
+    return None

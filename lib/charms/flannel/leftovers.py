@@ -1,0 +1,170 @@
+"""What flanneld leaves on a node when it stops, and taking it away.
+
+flanneld v0.27 cleans its iptables rules when it *starts*, not when it exits
+(REFERENCE §12): after a stop the node keeps the nat chain FLANNEL-POSTRTG
+(MASQUERADE for the pod network), the filter chain FLANNEL-FWD and the jumps
+to them from POSTROUTING and FORWARD; with host-gw, a route to every other
+node's subnet. Removing flannel takes all of it away, with the same
+`iptables` (and `ip6tables`) the node's flanneld used, whichever flavour
+(nft or legacy) that is.
+
+What stays, for the pods still running on the node (containerd owns them):
+the bridge `cni0` with its address and its route to the node's own subnet,
+and host-local's table of their addresses. Once no pod is left on the
+bridge, both go too (remove_idle_bridge): the next CNI may well name its
+bridge cni0, and the bridge plugin refuses a bridge holding another
+network's address.
+
+Functions take the command runner (`run(argv) -> stdout`) so that tests can
+run them against a sandbox machine's real iptables; nothing here imports a
+charm framework.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+CHAIN_PREFIX = "FLANNEL-"
+# the bridge whose routes and addresses belong to the pods still running
+POD_BRIDGE = "cni0"
+
+Run = Callable[[list], str]
+
+
+def run_command(argv: list) -> str:
+    """Run a command on this machine; its stdout (a failure raises)."""
+    return subprocess.run([str(a) for a in argv], check=True, capture_output=True,
+                          text=True, timeout=60).stdout
+
+
+def iptables_commands(which: Callable[[str], object] = shutil.which) -> list[str]:
+    """The iptables front ends this node has: iptables, and ip6tables."""
+    return [cmd for cmd in ("iptables", "ip6tables")
+            if which(cmd) and which(cmd + "-save")]
+
+
+def flannel_rules(save_output: str) -> dict[str, dict]:
+    """flanneld's part of `iptables-save` output, per table: its chains
+    (named FLANNEL-...) and the rules elsewhere that jump to them, each as
+    the argv that would delete it (`-D CHAIN ...`)."""
+    tables: dict[str, dict] = {}
+    table = None
+    for line in save_output.splitlines():
+        line = line.strip()
+        if line.startswith("*"):
+            table = line[1:]
+            continue
+        if table is None:
+            continue
+        found = tables.setdefault(table, {"chains": [], "jumps": []})
+        if line.startswith(":"):
+            chain = line[1:].split()[0]
+            if chain.startswith(CHAIN_PREFIX):
+                found["chains"].append(chain)
+        elif line.startswith("-A "):
+            words = shlex.split(line)
+            chain = words[1]
+            target = words[words.index("-j") + 1] if "-j" in words[:-1] else ""
+            if target.startswith(CHAIN_PREFIX) and not chain.startswith(CHAIN_PREFIX):
+                found["jumps"].append(["-D", *words[1:]])
+    return {t: f for t, f in tables.items() if f["chains"] or f["jumps"]}
+
+
+def remove_iptables_rules(run: Run = run_command,
+                          commands: Iterable[str] | None = None) -> list[str]:
+    """Delete flanneld's jumps, then flush and delete its chains, in every
+    table of every iptables front end; returns what went, for the log."""
+    removed = []
+    for cmd in (iptables_commands() if commands is None else commands):
+        for table, found in flannel_rules(run([cmd + "-save"])).items():
+            for rule in found["jumps"]:
+                run([cmd, "-w", "-t", table, *rule])
+                removed.append(f"{cmd} -t {table} {shlex.join(rule)}")
+            for chain in found["chains"]:
+                run([cmd, "-w", "-t", table, "-F", chain])
+            for chain in found["chains"]:
+                run([cmd, "-w", "-t", table, "-X", chain])
+                removed.append(f"{cmd} -t {table} chain {chain}")
+    return removed
+
+
+def pod_network_routes(routes: Iterable[dict],
+                       networks: Iterable[ipaddress._BaseNetwork]) -> list[dict]:
+    """The routes (`ip -j route show` entries) into the pod networks that
+    are flanneld's: every one but those through the pods' own bridge."""
+    nets = list(networks)
+    out = []
+    for route in routes:
+        dst = route.get("dst", "")
+        if dst in ("", "default") or route.get("dev") == POD_BRIDGE:
+            continue
+        try:
+            prefix = ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            continue
+        if any(prefix.version == n.version and prefix.subnet_of(n) for n in nets):
+            out.append(route)
+    return out
+
+
+def remove_pod_network_routes(networks: Iterable[ipaddress._BaseNetwork],
+                              run: Run = run_command) -> list[str]:
+    """Delete flanneld's routes into the pod networks (host-gw's routes to
+    the other nodes' subnets); returns what went, for the log."""
+    nets = list(networks)
+    removed = []
+    for family in {n.version for n in nets}:
+        routes = json.loads(run(["ip", f"-{family}", "-j", "route", "show"]) or "[]")
+        for route in pod_network_routes(routes, nets):
+            argv = ["ip", f"-{family}", "route", "del", route["dst"]]
+            if route.get("gateway"):
+                argv += ["via", route["gateway"]]
+            if route.get("dev"):
+                argv += ["dev", route["dev"]]
+            run(argv)
+            removed.append(" ".join(argv[4:]))
+    return removed
+
+
+def bridge_ports(bridge: str = POD_BRIDGE, sys_class_net: Path = Path("/sys/class/net")
+                 ) -> Optional[list[str]]:
+    """The links enslaved to `bridge` (the pods' veths), None if no such bridge."""
+    brif = sys_class_net / bridge / "brif"
+    if not brif.is_dir():
+        return None
+    return sorted(os.listdir(brif))
+
+
+def remove_idle_bridge(allocation_table: Optional[Path], run: Run = run_command,
+                       bridge: str = POD_BRIDGE,
+                       sys_class_net: Path = Path("/sys/class/net")) -> list[str]:
+    """With no pod left on the pod network's bridge: delete the bridge, and
+    host-local's table of the network's addresses if it holds none. Returns
+    what went, for the log; nothing while a pod is still attached."""
+    ports = bridge_ports(bridge, sys_class_net)
+    if ports:
+        return []
+    removed = []
+    if ports is not None:
+        run(["ip", "link", "delete", bridge])
+        removed.append(f"bridge {bridge}")
+    if allocation_table is not None and allocation_table.is_dir():
+        entries = os.listdir(allocation_table)
+        if not any(_is_address(name) for name in entries):
+            shutil.rmtree(allocation_table, ignore_errors=True)
+            removed.append(f"host-local table {allocation_table}")
+    return removed
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

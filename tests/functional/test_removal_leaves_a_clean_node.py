@@ -1,0 +1,120 @@
+"""Removing flannel leaves each node as flannel found it (README, "What a
+node keeps after flannel is removed"): no iptables chain or jump of
+flanneld's, no route into the pod network, no vxlan device, no systemd unit
+loaded or failed, no file; only what the pods still running use stays.
+
+Each test guards a regression an operator met, or would:
+- flanneld v0.27 cleans its iptables rules when it starts, not when it exits:
+  before, every node kept FLANNEL-POSTRTG (masquerading the pod network),
+  FLANNEL-FWD and their jumps after `remove-relation`, and with host-gw a
+  route to the other node's pod subnet;
+- Juju runs `stop` only for a unit that started: before, a unit removed
+  between its install and its start (a quick remove after add, a failed
+  start) kept flanneld and the plugin, since all of the cleanup lived in
+  `stop`;
+- moving to another CNI: with flannel's bridge left holding flannel's
+  address, a next CNI that names its bridge cni0 (the bridge plugin's
+  default) refused every pod.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+from functional_kit import CHARM_PATHS, deploy_and_wait, plugin_bytes, plugin_differences
+
+from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL
+
+pytestmark = pytest.mark.functional
+
+POD_NETWORK = ipaddress.ip_network("10.1.0.0/16")
+
+
+def flanneld_rules(cluster, machine: str) -> list[str]:
+    out = cluster.machines[machine].run(["iptables-save"]).stdout
+    return [line for line in out.splitlines() if "FLANNEL" in line]
+
+
+def pod_network_routes(cluster, machine: str, *, bridge_too: bool = False) -> list[str]:
+    routes = cluster.machines[machine].ip_json("-4", "route", "show")
+    return [f"{r['dst']} dev {r.get('dev')}" for r in routes
+            if r.get("dst", "default") != "default"
+            and ipaddress.ip_network(r["dst"], strict=False).subnet_of(POD_NETWORK)
+            and (bridge_too or r.get("dev") != "cni0")]
+
+
+def test_host_gw_removal_takes_flanneld_rules_and_routes_from_every_node(open_cluster):
+    with open_cluster("removal, host-gw", workers=2) as cluster:
+        deploy_and_wait(cluster, config={"backend": "host-gw"})
+        pods = {m: cluster.start_pod(m) for m in ("m1", "m2")}
+        assert pods["m1"].ping(pods["m2"].address), "no pod traffic over host-gw"
+        for m in ("m1", "m2"):   # what flanneld made, so that its going means something
+            assert any(":FLANNEL-POSTRTG" in r for r in flanneld_rules(cluster, m)), m
+            assert pod_network_routes(cluster, m), f"{m}: no host-gw route to the other node"
+        cluster.remove_cni_relation()
+        for m in ("m1", "m2"):
+            assert flanneld_rules(cluster, m) == [], f"{m}: flanneld's rules stayed"
+            assert pod_network_routes(cluster, m) == [], f"{m}: host-gw routes stayed"
+            assert cluster.flannel_leftovers(m) == [], f"{m}: flannel left these"
+            # the running pod keeps its address and its bridge
+            assert pods[m].address in pods[m].run(["ip", "-4", "addr"]).stdout
+
+
+def test_a_unit_removed_between_install_and_start_gets_remove_alone_and_leaves_nothing(
+        open_cluster):
+    with open_cluster("removal before start", workers=1) as cluster:
+        before = {"m1": plugin_bytes(cluster, "m1")}
+        machine = cluster.machines["m1"]
+        controller = cluster.controller
+        controller.deploy(FLANNEL, cluster.charm_dir,
+                          resources={cluster.resource_name: cluster.resource})
+        controller.add_relation(*ETCD_RELATION)
+        controller.add_relation(*CNI_RELATION)
+        controller.settle(stop_before=lambda e: e.get("hook") == "start"
+                          and e["unit"].startswith(f"{FLANNEL}/"))
+        (unit,) = cluster.flannel_units()
+        assert "install" in controller.hooks(unit) and "start" not in controller.hooks(unit)
+        assert machine.exists("/usr/local/bin/flanneld"), "install put no flanneld in place"
+        cluster.remove_cni_relation()
+        hooks = controller.hooks(unit)
+        assert "stop" not in hooks and hooks[-1] == "remove", hooks   # Juju's rule
+        assert cluster.flannel_units() == []
+        left = [p for p in CHARM_PATHS if machine.exists(p)]
+        assert left == [], f"files of flannel's left after remove alone: {left}"
+        assert cluster.flannel_leftovers("m1", pods_stay=False) == []
+        assert plugin_differences(before, {"m1": plugin_bytes(cluster, "m1")}) == []
+
+
+OTHER_CNI = {
+    "cniVersion": "0.3.1", "name": "next-cni",
+    "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.99.0.0/24"}]],
+                          "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "portmap", "capabilities": {"portMappings": True}}]}
+
+
+def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(open_cluster):
+    """The path operators take to Calico or Cilium: drain the node, remove
+    flannel (its relations, which destroys its units), give the machine
+    another CNI config, and new pods work with nothing of flannel's left."""
+    with open_cluster("leaving flannel", workers=1) as cluster:
+        deploy_and_wait(cluster)
+        machine = cluster.machines["m1"]
+        old = cluster.start_pod("m1")
+        assert old.delete() == "", "the drained pod's CNI DEL failed"
+        cluster.remove_cni_relation()
+        cluster.remove_etcd_relation()
+        assert cluster.flannel_units() == []
+        # drained: not even the pods' bridge or address table of flannel's stays
+        assert cluster.flannel_leftovers("m1", pods_stay=False) == []
+        assert "CDK-flannel-network" not in (machine.ls("/var/lib/cni/networks") or [])
+        machine.write_file("/etc/cni/net.d/20-next.conflist", json.dumps(OTHER_CNI).encode())
+        try:
+            pod, error = cluster.try_pod("m1")
+            assert pod is not None, f"a pod of the next CNI got no address: {error}"
+            assert ipaddress.ip_address(pod.address) in ipaddress.ip_network("10.99.0.0/24")
+            assert pod.ping("10.99.0.1"), "the pod cannot reach its gateway"
+            assert pod.ping(machine.address), "the pod cannot reach its node"
+        finally:
+            machine.run(["rm", "-f", "/etc/cni/net.d/20-next.conflist"])

@@ -1,0 +1,132 @@
+"""What the options must fit on the machine (charms.flannel.host_network),
+checked against a real kernel: a throwaway network namespace (unshare -n)
+with the interfaces an operator might name, read with the real `ip -j`.
+
+Before, a cidr overlapping the machine's own network was written to etcd
+and the unit said active with a subnet of the machine's network; an `iface`
+that was down, loopback or without an IPv4 address restarted flanneld on it.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from charms.flannel import host_network
+from charms.flannel.host_network import cidr_conflict, iface_problem, links_from, machine_networks
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                                reason="a network namespace needs root and unshare")
+
+# the interfaces of a machine (veth pairs: this kernel has no dummy links):
+# eth0 up on the machines' network, eth1 down
+# with an address, eth2 up without IPv4, eth3 with IPv6 only, a route to a
+# network behind a router, and flannel's own devices of the running network
+MACHINE = """
+ip link set lo up
+veth() { ip link add "$1" type veth peer name "$1p"; ip link set "$1p" up; }
+veth eth0 && ip addr add 172.31.254.11/24 dev eth0 && ip link set eth0 up
+veth eth1 && ip addr add 192.168.50.4/24 dev eth1
+veth eth2 && ip link set eth2 up
+veth eth3 && ip link set eth3 up && ip addr add fd00:5::4/64 dev eth3 nodad
+ip route add default via 172.31.254.1 dev eth0
+ip route add 10.200.0.0/16 via 172.31.254.9 dev eth0
+ip link add cni0 type bridge && ip addr add 10.1.52.1/24 dev cni0 && ip link set cni0 up
+ip link add flannel.1 type vxlan id 1 dev eth0 dstport 8472
+ip addr add 10.1.52.0/32 dev flannel.1
+ip link set flannel.1 up && ip route add 10.1.7.0/24 via 10.1.7.0 dev flannel.1 onlink
+"""
+
+
+def in_machine(script: str) -> tuple[list, list]:
+    done = subprocess.run(
+        ["unshare", "-n", "sh", "-ec",
+         script + "\nip -j addr show; echo; ip -j -4 route show table all"],
+        capture_output=True, text=True, check=True, timeout=30)
+    addrs, routes = done.stdout.strip().split("\n", 1)
+    return json.loads(addrs), json.loads(routes)
+
+
+@pytest.fixture(scope="module")
+def machine():
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a network namespace needs root and unshare")
+    addrs, routes = in_machine(MACHINE)
+    return links_from(addrs), routes
+
+
+RUNNING = [ipaddress.ip_network("10.1.0.0/16")]
+
+
+@needs_root
+@pytest.mark.parametrize("cidr, named", [
+    ("172.31.0.0/16", "172.31.254.0/24, the network of eth0 (172.31.254.11/24)"),
+    ("192.168.50.0/26", "192.168.50.0/24, the network of eth1"),
+    ("10.200.128.0/17", "10.200.0.0/16, a route of this machine (10.200.0.0/16 via 172.31.254.9"),
+])
+def test_a_cidr_over_a_network_the_machine_is_on_or_routes_to_is_refused(machine, cidr, named):
+    links, routes = machine
+    problem = cidr_conflict(ipaddress.ip_network(cidr), machine_networks(links, routes, RUNNING))
+    assert problem is not None and problem.option == "cidr"
+    assert str(problem).startswith(f"Invalid cidr: {cidr} overlaps {named}"), str(problem)
+
+
+@needs_root
+@pytest.mark.parametrize("cidr", ["10.1.0.0/16", "10.2.0.0/16", "10.0.0.0/15"])
+def test_the_running_pod_network_the_default_route_and_flannels_devices_do_not_count(
+        machine, cidr):
+    """cni0, flannel.1 and the routes to other nodes' subnets are flannel's
+    own, and a change to another cidr (or a wider one) must pass."""
+    links, routes = machine
+    assert cidr_conflict(ipaddress.ip_network(cidr),
+                         machine_networks(links, routes, RUNNING)) is None
+
+
+@needs_root
+def test_without_the_running_network_its_bridge_would_conflict(machine):
+    links, routes = machine
+    found = machine_networks(links, routes, pod_networks=[])
+    assert not any(where.startswith("the network of cni0") for _, where in found)
+    assert cidr_conflict(ipaddress.ip_network("10.1.0.0/16"), found) is None
+
+
+def test_the_service_cidr_the_control_plane_publishes_is_refused():
+    problem = cidr_conflict(ipaddress.ip_network("10.152.0.0/16"), [], "10.152.183.0/24")
+    assert str(problem) == ("Invalid cidr: 10.152.0.0/16 overlaps the Kubernetes service-cidr "
+                            "10.152.183.0/24 the control plane publishes; use a range outside it")
+    dual = "10.152.183.0/24,fd00:152::/112"
+    assert cidr_conflict(ipaddress.ip_network("10.1.0.0/16"), [], dual) is None
+    assert cidr_conflict(ipaddress.ip_network("10.152.183.128/25"), [], dual) is not None
+
+
+@needs_root
+@pytest.mark.parametrize("iface, reason", [
+    ("eth0", None),
+    ("172.31.254.11", None),
+    ("eth1", '"eth1" is down'),
+    ("192.168.50.4", '"192.168.50.4" is down'),
+    ("eth2", '"eth2" has no IPv4 address'),
+    ("eth3", '"eth3" has no IPv4 address'),
+    ("lo", '"lo" is the loopback interface'),
+    ("127.0.0.1", '"127.0.0.1" is the loopback interface'),
+    ("fd00:5::4", '"fd00:5::4" is an IPv6 address'),
+    ("eth9", '"eth9" is not an interface of this machine'),
+    ("192.0.2.254", '"192.0.2.254" is not an address of this machine'),
+])
+def test_an_iface_that_cannot_carry_the_overlay_is_refused(machine, iface, reason):
+    links, _ = machine
+    problem = iface_problem(iface, links)
+    if reason is None:
+        assert problem is None, str(problem)
+    else:
+        assert problem is not None and problem.option == "iface"
+        assert str(problem).startswith(f"Invalid iface: {reason}"), str(problem)
+
+
+def test_this_machines_links_are_read():
+    links = host_network.read_links()
+    assert any(link.loopback and link.name == "lo" for link in links)

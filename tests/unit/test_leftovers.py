@@ -1,0 +1,101 @@
+"""What flanneld leaves after it stops, and taking it away
+(charms.flannel.leftovers), against a real kernel and the node's real
+iptables in a throwaway network namespace.
+
+flanneld v0.27 cleans its iptables rules when it starts, not when it exits:
+before, a removed flannel left FLANNEL-POSTRTG (MASQUERADE for the pod
+network), FLANNEL-FWD and their jumps on every node, and host-gw's routes
+to the other nodes' subnets.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from charms.flannel import leftovers
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("iptables-save"),
+    reason="a network namespace and iptables need root")
+
+# flanneld v0.27's rules for pod network 10.1.0.0/16, node subnet 10.1.52.0/24
+# (pkg/trafficmngr/iptables: MasqRules, ForwardRules), and one of someone else's
+MASQ, FWD = '-m comment --comment "flanneld masq"', '-m comment --comment "flanneld forward"'
+FLANNELD_RULES = f"""
+iptables -t nat -N FLANNEL-POSTRTG
+iptables -t nat -I POSTROUTING 1 {MASQ} -j FLANNEL-POSTRTG
+iptables -t nat -A FLANNEL-POSTRTG -m mark --mark 0x4000/0x4000 {MASQ} -j RETURN
+iptables -t nat -A FLANNEL-POSTRTG -s 10.1.52.0/24 -d 10.1.0.0/16 {MASQ} -j RETURN
+iptables -t nat -A FLANNEL-POSTRTG -s 10.1.0.0/16 ! -d 224.0.0.0/4 {MASQ} -j MASQUERADE
+iptables -t filter -N FLANNEL-FWD
+iptables -t filter -A FORWARD {FWD} -j FLANNEL-FWD
+iptables -t filter -A FLANNEL-FWD -s 10.1.0.0/16 {FWD} -j ACCEPT
+iptables -t filter -A FLANNEL-FWD -d 10.1.0.0/16 {FWD} -j ACCEPT
+iptables -t nat -N CNI-HOSTPORT-DNAT
+iptables -t nat -A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+iptables -t filter -A FORWARD -s 192.168.9.0/24 -j ACCEPT
+"""
+
+
+@pytest.fixture
+def node():
+    """A namespace holder; run(argv) runs a command inside it."""
+    holder = subprocess.Popen(["unshare", "-n", "sleep", "300"])
+    path = f"/proc/{holder.pid}/ns/net"
+    for _ in range(200):   # unshare has made the namespace once its net ns differs
+        if os.path.exists(path) and os.readlink(path) != os.readlink("/proc/self/ns/net"):
+            break
+        subprocess.run(["sleep", "0.01"])
+
+    def run(argv):
+        return subprocess.run(["nsenter", f"--net={path}", *map(str, argv)], check=True,
+                              capture_output=True, text=True, timeout=60).stdout
+
+    run(["sh", "-ec", "ip link set lo up\n"
+         "ip link add eth0 type veth peer name eth0p\n"
+         "ip link set eth0p up && ip link set eth0 up && ip addr add 172.31.254.11/24 dev eth0\n"
+         "ip link add cni0 type bridge && ip addr add 10.1.52.1/24 dev cni0\n"
+         "ip link set cni0 up\n"
+         "ip route add 10.1.7.0/24 via 172.31.254.12 dev eth0\n"     # host-gw's
+         "ip route add 10.9.0.0/16 via 172.31.254.1 dev eth0\n"      # someone else's
+         + FLANNELD_RULES])
+    yield run
+    holder.kill()
+    holder.wait()
+
+
+def test_flanneld_rules_are_found_per_table(node):
+    found = leftovers.flannel_rules(node(["iptables-save"]))
+    assert sorted(found) == ["filter", "nat"]
+    assert found["nat"]["chains"] == ["FLANNEL-POSTRTG"]
+    assert found["filter"]["chains"] == ["FLANNEL-FWD"]
+    assert [rule[1] for rule in found["nat"]["jumps"]] == ["POSTROUTING"]
+    assert [rule[1] for rule in found["filter"]["jumps"]] == ["FORWARD"]
+
+
+def test_removal_takes_every_flannel_rule_and_leaves_everyone_elses(node):
+    before = node(["iptables-save"])
+    removed = leftovers.remove_iptables_rules(node, commands=["iptables"])
+    after = node(["iptables-save"])
+    assert "FLANNEL" not in after, after
+    assert len(removed) == 4, removed   # two jumps, two chains
+    # the portmap chain and the operator's FORWARD rule stay, untouched
+    for kept in ("-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+                 "-A FORWARD -s 192.168.9.0/24 -j ACCEPT"):
+        assert kept in before and kept in after
+    assert leftovers.remove_iptables_rules(node, commands=["iptables"]) == []  # idempotent
+
+
+def test_routes_into_the_pod_network_go_and_the_bridges_and_others_stay(node):
+    network = ipaddress.ip_network("10.1.0.0/16")
+    removed = leftovers.remove_pod_network_routes([network], run=node)
+    assert removed == ["10.1.7.0/24 via 172.31.254.12 dev eth0"]
+    routes = {r["dst"]: r.get("dev") for r in json.loads(node(["ip", "-j", "route", "show"]))}
+    assert routes.get("10.1.52.0/24") == "cni0"        # the running pods' own
+    assert routes.get("10.9.0.0/16") == "eth0"         # not the pod network
+    assert "10.1.7.0/24" not in routes
