@@ -71,6 +71,9 @@ ETCD_ENDPOINTS_KEY = "flannel.etcd-endpoints"
 ETCD_ANSWERED_KEY = "flannel.etcd-answered"
 # network-get's answer, asked again on any hook but update-status.
 BINDING_KEY = "flannel.binding-interface"
+# The interface flanneld was last started on: a new one is a new public IP,
+# under which flanneld would lease a new subnet (see _keep_subnet_for_new_address).
+FLANNELD_IFACE_KEY = "flannel.flanneld-iface"
 # The workload status last set: update-status sets it only when it changes.
 STATUS_KEY = "flannel.status"
 # Set by the bootstrap (lib/charms/flannel/bootstrap.py INSTALLED_ENV) when
@@ -377,6 +380,12 @@ def run_flanneld():
             daemon.vxlan_link_name(vni) if vni else None)
         if forgotten:
             hookenv.log("Dropped what the previous network left: {}".format(forgotten))
+        iface = options.iface or _binding_interface("cni")
+        if kv.get(FLANNELD_IFACE_KEY) not in (None, iface):
+            _best_effort("give the lease back for the new address",
+                         lambda: _keep_subnet_for_new_address(etcd, kv.get(FLANNELD_IFACE_KEY),
+                                                              iface))
+        kv.set(FLANNELD_IFACE_KEY, iface)
         host.service_start(SERVICE)
         _forget_service_state()
         kv.set(DIGEST_KEY, digest)
@@ -481,7 +490,8 @@ def _tear_down():
     kv.unsetrange(prefix=PROBLEM_KEY)
     for key in (DIGEST_KEY, NETWORK_KEY, NETWORK_INPUTS_KEY, UNIT_FILE_INPUTS_KEY,
                 CNI_INPUTS_KEY, NRPE_INPUTS_KEY, UNIT_FILE_LOADED_KEY, ETCD_ENDPOINTS_KEY,
-                BINDING_KEY, STATUS_KEY, CONFIG_KEY, NETWORK_NAME_KEY, ETCD_ANSWERED_KEY):
+                BINDING_KEY, STATUS_KEY, CONFIG_KEY, NETWORK_NAME_KEY, ETCD_ANSWERED_KEY,
+                FLANNELD_IFACE_KEY):
         kv.unset(key)
     set_flag(STOPPED)
     if left:
@@ -526,6 +536,31 @@ def _remove_idle_bridge() -> None:
     name = adoption.cni_network_name(paths.CNI_CONFLIST, unitdata.kv().get(NETWORK_NAME_KEY))
     for line in leftovers.remove_idle_bridge(adoption.HOST_LOCAL_TABLES / name):
         hookenv.log("Removed {}: no pod is left on it".format(line))
+
+
+def _keep_subnet_for_new_address(etcd, old_iface: str, new_iface: str) -> None:
+    """flanneld keys its lease by its public IP: started on another
+    interface (an `iface` change, a binding that moved) it finds no lease of
+    its own and leases a new subnet, and cni0's gateway of the old one makes
+    the bridge plugin refuse every new pod. With the old lease given back
+    (flanneld is stopped here), flanneld takes the subnet its subnet.env
+    names again ("Found previously leased subnet"): pods keep their
+    addresses and new ones start at once."""
+    from charms.flannel.network import EtcdUnavailable, NetworkStore
+    env = read_lease(paths.SUBNET_ENV)
+    if env is None:
+        return
+    subnet = str(env.subnet.network)
+    try:
+        with NetworkStore(_etcd_settings(etcd, timeout=3.0), preferred=_answered()) as store:
+            if store.release_lease(subnet):
+                hookenv.log("flanneld moves from {} to {}: gave the lease of {} back so that "
+                            "it leases the same subnet under its new address".format(
+                                old_iface or "the default route's interface",
+                                new_iface or "the default route's interface", subnet))
+    except EtcdUnavailable as error:
+        hookenv.log("Could not give the lease of {} back: {}".format(subnet, error.reason),
+                    level=hookenv.WARNING)
 
 
 def _release_lease() -> None:

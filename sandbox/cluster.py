@@ -439,6 +439,10 @@ class Cluster:
                     table = f"{cmd} {line[1:]}"
                 elif table and (line.startswith("-A ") or line.startswith(":")):
                     entry = line.split(" [", 1)[0] if line.startswith(":") else line
+                    # iptables-nft makes a table and its built-in chains on first
+                    # use: a built-in chain that accepts is no trace of anyone
+                    if entry.split()[0][1:] in BUILTIN_CHAINS and entry.endswith(" ACCEPT"):
+                        continue
                     rules.setdefault(table, []).append(entry)
         routes = {f"{family} {r.get('dst')} dev {r.get('dev')}"
                   + (f" via {r['gateway']}" if r.get("gateway") else "")
@@ -509,6 +513,9 @@ class Cluster:
             pods = ", ".join(f"{p.name}={p.address}" for p in self.pods if p.machine is m) or "-"
             lines.append(f"{name:<8} {m.address or '-':<16} {subnet:<18} {pods}")
         return "\n".join(lines)
+
+
+BUILTIN_CHAINS = ("INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING")
 
 
 @dataclass(frozen=True)

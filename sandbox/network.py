@@ -274,6 +274,7 @@ class TestNetwork:
         self.prefix = f"{PREFIX}{self.tag}-"
         self.switch = self.prefix + "switch"
         self._attached: dict[str, Attachment] = {}
+        self._extra_addresses: dict[str, str] = {}   # "m1-eth1" -> address (add_interface)
         self._ports = 0
         self.created = False
 
@@ -318,7 +319,7 @@ class TestNetwork:
     # --- attachments --------------------------------------------------------
     def _pick_address(self, name: str, kind: str) -> str:
         hosts = list(self.subnet.hosts())
-        used = {a.address for a in self._attached.values()}
+        used = {a.address for a in self._attached.values()} | set(self._extra_addresses.values())
         if name == "etcd":
             candidates = [hosts[1]]
         elif kind == "machine":
@@ -362,6 +363,24 @@ class TestNetwork:
             self.detach(name)
             raise
         return att
+
+    def add_interface(self, name: str, ifname: str, address: str | None = None) -> str:
+        """One more link of attachment `name` on the segment (`ifname`, up,
+        with a free machine address or `address`): a machine's second NIC.
+        Returns its address; it goes with the attachment's namespace."""
+        att = self._attached[name]
+        address = address or self._pick_address(f"{name}-{ifname}", "machine")
+        self._ports += 1
+        port = f"port{self._ports}"
+        sw = ["ip", "-n", self.switch]
+        inside = ["ip", "-n", att.netns]
+        run(sw + ["link", "add", port, "type", "veth", "peer", "name", ifname, "netns", att.netns])
+        run(sw + ["link", "set", port, "master", BRIDGE])
+        run(sw + ["link", "set", port, "up"])
+        run(inside + ["addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", ifname])
+        run(inside + ["link", "set", ifname, "up"])
+        self._extra_addresses[f"{name}-{ifname}"] = address
+        return address
 
     def detach(self, name: str) -> None:
         att = self._attached.pop(name, None)

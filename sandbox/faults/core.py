@@ -32,6 +32,7 @@ from sandbox.cluster import FLANNEL, Cluster, ClusterError
 from sandbox.machine import Machine
 from sandbox.network import ping_from_netns
 from sandbox.pod import Pod
+from sandbox.waiting import wait_for
 
 # Where the charm writes (lib/charms/flannel/paths.py) and the names of its
 # files there: a file of these names that the record does not claim is an
@@ -120,7 +121,7 @@ class FaultBench:
         """Remember every worker file (sha256) and, with pods, start a pod on
         each machine that has none yet: what verify() holds the row to."""
         self.worker_files = {m: self._worker_files(m) for m in self.cluster.worker_machines()}
-        self.node_states = {m: self.cluster.node_state(m) for m in self.cluster.worker_machines()}
+        self.node_states = {m: self._settled_node_state(m) for m in self.cluster.worker_machines()}
         if pods:
             for m in self.cluster.worker_machines():
                 if m not in self.pods:
@@ -284,18 +285,42 @@ class FaultBench:
                                     f"{peer.name} ({peer.address}) on {other}")
         return problems
 
+    def _settled_node_state(self, machine: str):
+        """The node's state once a running flanneld has put its rules in
+        place (it does so after it writes subnet.env, which `active` follows)."""
+        def state():
+            now = self.cluster.node_state(machine)
+            chains = {r.split()[0] for rules in now.rules.values() for r in rules
+                      if r.startswith(":FLANNEL-")}
+            ready = not self.cluster.flanneld_pids(machine) or {
+                ":FLANNEL-POSTRTG", ":FLANNEL-FWD"} <= chains
+            return now if ready else None
+        return wait_for(state, timeout=30, interval=0.5) or self.cluster.node_state(machine)
+
     def rule_problems(self) -> list[str]:
         """iptables rules and systemd units that differ from snapshot()'s,
         either way: flanneld's rules twice, an old network's left, a rule
         gone, a unit left (the pods' own rules, portmap's, aside)."""
+        watched = ("iptables", "ip6tables", "unit ")
+
+        def differences(machine: str, before) -> list[str]:
+            now = self.cluster.node_state(machine)
+            return ([f"{machine}: {x} gained" for x in now.gained_since(before)
+                     if x.startswith(watched)]
+                    + [f"{machine}: {x} gone" for x in before.gained_since(now)
+                       if x.startswith(watched)])
+
         problems = []
         for machine, before in getattr(self, "node_states", {}).items():
-            now = self.cluster.node_state(machine)
-            watched = ("iptables", "ip6tables", "unit ")
-            problems += [f"{machine}: {x} gained" for x in now.gained_since(before)
-                         if x.startswith(watched)]
-            problems += [f"{machine}: {x} gone" for x in before.gained_since(now)
-                         if x.startswith(watched)]
+            # a flanneld restarted by the recovery flushes its rules and adds
+            # them again as it starts: wait for that to be over, or report
+            found: list[str] = []
+
+            def settled() -> bool:
+                found[:] = differences(machine, before)
+                return not found
+            wait_for(settled, timeout=30, interval=1.0)
+            problems += found
         return problems
 
     def verify(self, *, units: Optional[Iterable[str]] = None, pods: bool = True
