@@ -223,7 +223,9 @@ def configure_network():
     _problem("cidr", str(conflict) if conflict else None)
     if conflict:
         return  # blocked; etcd and the running flanneld are left as they were
-    from charms.flannel.network import EtcdUnavailable, NetworkStore, ensure_network_config
+    from charms.flannel.host_network import cidr_conflict
+    from charms.flannel.network import (EtcdUnavailable, NetworkStore, ensure_network_config,
+                                        shared_service_cidr)
     etcd = endpoint_from_flag("etcd.available")
     credentials = etcd.client_credentials()
     not_pem = pem_problem(*credentials)
@@ -235,6 +237,10 @@ def configure_network():
     try:
         with NetworkStore(_etcd_settings(etcd), preferred=_answered()) as store:
             try:
+                service = cidr_conflict(options.cidr, (),
+                                        shared_service_cidr(store, _service_cidr()))
+                if service:
+                    raise service   # blocked, before anything is written
                 ensure_network_config(store, options)
             finally:
                 _remember_answered(store.answered)
@@ -260,12 +266,13 @@ def configure_network():
 
 
 def _cidr_conflict(options):
-    """The cidr against this machine's networks and the service-cidr the
-    control plane publishes (host_network): an InvalidOption, or None."""
+    """The cidr against this machine's networks and routes (host_network):
+    an InvalidOption, or None. (The service-cidr is checked with etcd's
+    record of it, in configure_network.)"""
     from charms.flannel import host_network
     networks = host_network.machine_networks(host_network.read_links(),
                                              host_network.read_routes(), _pod_networks())
-    return host_network.cidr_conflict(options.cidr, networks, _service_cidr())
+    return host_network.cidr_conflict(options.cidr, networks)
 
 
 def _service_cidr():

@@ -10,7 +10,7 @@ import requests
 
 from charms.flannel.network import (DEFAULT_PREFIX, EtcdClientSettings, EtcdUnavailable,
                                     NetworkStore, backend_change_pending, check_backend_change,
-                                    ensure_network_config, network_config)
+                                    ensure_network_config, network_config, shared_service_cidr)
 from charms.flannel.options import InvalidOption, parse_options
 
 
@@ -444,3 +444,21 @@ def test_a_dead_endpoint_is_skipped_for_a_live_one(etcd, pki, prefix):
     store = NetworkStore(settings, prefix)
     assert store.write_config({"Network": "10.1.0.0/16"}) is True
     assert store.read_config() == {"Network": "10.1.0.0/16"}
+
+
+# -- the service-cidr, shared through etcd ----------------------------------------
+
+def test_the_control_planes_service_cidr_reaches_the_workers_units(settings, prefix):
+    """Only the control plane publishes service-cidr, to its own flannel
+    unit: recorded in etcd, the units beside workers refuse a cidr over it
+    too, before any of them writes the network config."""
+    with NetworkStore(settings, prefix) as worker:
+        assert shared_service_cidr(worker, None) is None   # nothing recorded yet
+    with NetworkStore(settings, prefix) as control_plane:
+        assert shared_service_cidr(control_plane, "10.152.183.0/24") == "10.152.183.0/24"
+    with NetworkStore(settings, prefix) as worker:
+        assert shared_service_cidr(worker, None) == "10.152.183.0/24"
+        assert worker.read_config() is None   # the record is no network config
+    with NetworkStore(settings, prefix) as control_plane:   # a new service-cidr replaces it
+        shared_service_cidr(control_plane, "10.152.0.0/16")
+        assert control_plane.read_service_cidr() == "10.152.0.0/16"

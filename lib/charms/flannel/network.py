@@ -89,6 +89,18 @@ def ensure_network_config(store: NetworkStore, options: NetworkOptions,
     raise _kept_changing(attempts)
 
 
+def shared_service_cidr(store: NetworkStore, published: str | None) -> str | None:
+    """The service-cidr every unit checks the pod network against. Only the
+    control plane publishes it, to its own flannel unit: that unit records
+    it in etcd, where the units beside workers (never told) read it, so
+    that a cidr over the service network is refused on every node before
+    any of them writes it."""
+    if published:
+        store.record_service_cidr(published)
+        return published
+    return store.read_service_cidr()
+
+
 def _kept_changing(attempts: int) -> EtcdUnavailable:
     return EtcdUnavailable(
         f"the flannel network config in etcd kept changing while this unit wrote it "
@@ -149,6 +161,20 @@ class NetworkStore:
     @property
     def subnets_prefix(self) -> str:
         return f"{self.prefix}/subnets/"
+
+    @property
+    def service_cidr_key(self) -> str:
+        """The Kubernetes service-cidr, as the control plane's flannel unit
+        recorded it (shared_service_cidr); flanneld reads no such key."""
+        return f"{self.prefix}/service-cidr"
+
+    def read_service_cidr(self) -> str | None:
+        values = self._call(lambda client: client.get(self.service_cidr_key))
+        return values[0].decode() if values else None
+
+    def record_service_cidr(self, value: str) -> None:
+        if self.read_service_cidr() != value:
+            self._call(lambda client: client.put(self.service_cidr_key, value))
 
     def read_config(self) -> dict[str, Any] | None:
         """The stored network config; None if absent or not a JSON object."""
