@@ -46,6 +46,10 @@ FLANNEL_PATHS = ("/usr/local/bin/flanneld", "/usr/local/bin/etcdctl",
                  "/etc/ssl/flannel", "/run/flannel/subnet.env")
 
 
+# an etcdctl the operator installed after the old charm: never the old charm's
+OPERATORS_ETCDCTL = b"#!/bin/sh\necho 'etcdctl 3.5.17, installed by the operator'\n"
+
+
 def mode(cluster, machine, path):
     return stat.S_IMODE(cluster.machines[machine].path_on_host(path).stat().st_mode)
 
@@ -104,6 +108,8 @@ def refresh(request, open_cluster, built_charm, resource, tmp_path_factory):
         cluster.old_modes = {m: {p: mode(cluster, m, p) for p in
                                  ("/etc/ssl/flannel/client-key.pem", "/etc/ssl/flannel",
                                   "/lib/systemd/system/flannel.service")} for m in MACHINES}
+        # on m2 the operator has since installed an etcdctl of their own
+        cluster.machines["m2"].write_file("/usr/local/bin/etcdctl", OPERATORS_ETCDCTL, 0o755)
         cluster.leases_before = leases(cluster)
         cluster.subnets_before = {m: cluster.subnet_env(m)["FLANNEL_SUBNET"] for m in MACHINES}
         cluster.pids_before = {m: cluster.flanneld_pids(m) for m in MACHINES}
@@ -190,6 +196,11 @@ def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
         for path in ("/usr/local/bin/flanneld", "/usr/local/bin/etcdctl",
                      "/lib/systemd/system/flannel.service",
                      "/etc/cni/net.d/10-flannel.conflist", "/etc/ssl/flannel/client-key.pem"):
+            if m == "m2" and path == "/usr/local/bin/etcdctl":
+                # adoption by content: before, the old charm's flags alone
+                # made the operator's etcdctl flannel's, and stop deleted it
+                assert path not in record, "the operator's etcdctl was claimed"
+                continue
             assert path in record, f"{m}: {path} not recorded"
             assert record[path]["original"] is None, f"{m}: an original kept for {path}"
         plugin = record["/opt/cni/bin/flannel"]["original"]
@@ -208,8 +219,11 @@ def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
     '/etc/ssl/flannel/client-{ca,cert,key}.pem', '/etc/ssl/flannel']: the
     remove put the old charm's files back as "originals" and left etcdctl."""
     refresh.remove_cni_relation()
+    assert refresh.machines["m2"].read_file("/usr/local/bin/etcdctl") == OPERATORS_ETCDCTL
     for m in MACHINES:
-        assert flannel_leftovers(refresh, m) == [], f"{m}: {flannel_leftovers(refresh, m)}"
+        theirs = ["/usr/local/bin/etcdctl"] if m == "m2" else []
+        assert flannel_leftovers(refresh, m) == theirs, f"{m}: {flannel_leftovers(refresh, m)}"
+        assert refresh.flannel_leftovers(m) == [], f"{m}: {refresh.flannel_leftovers(m)}"
         refresh.say(f"   {m} after remove: checked {', '.join(FLANNEL_PATHS)}, "
                     f"vxlan devices, flanneld")
     assert plugin_differences(refresh.worker_plugins_before, all_plugin_bytes(refresh)) == []

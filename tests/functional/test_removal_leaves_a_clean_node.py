@@ -118,3 +118,26 @@ def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(open_
             assert pod.ping(machine.address), "the pod cannot reach its node"
         finally:
             machine.run(["rm", "-f", "/etc/cni/net.d/20-next.conflist"])
+
+
+UNIT_FILE = "/lib/systemd/system/flannel.service"
+
+
+def test_a_unit_file_edited_since_is_rendered_again_and_never_put_back(open_cluster):
+    """flannel.service is a file only this charm writes. Before, a hook
+    skipped rendering it whenever its inputs were unchanged, whatever the
+    file on disk said, and stop left an edited one behind (or kept it as an
+    "original" to put back): a disabled unit pointing at a flanneld that
+    stop had just deleted."""
+    with open_cluster("edited unit file", workers=1) as cluster:
+        deploy_and_wait(cluster)
+        machine, unit = cluster.machines["m1"], cluster.unit_on("m1")
+        ours = machine.read_file(UNIT_FILE)
+        machine.write_file(UNIT_FILE, ours + b"# edited by hand\n")
+        cluster.controller.fire(unit, "config-changed")
+        cluster.settle()
+        assert machine.read_file(UNIT_FILE) == ours, "the edited unit file was not rendered again"
+        machine.write_file(UNIT_FILE, ours.replace(b" -ip-masq", b" -ip-masq -v=10"))
+        cluster.remove_cni_relation()
+        assert not machine.exists(UNIT_FILE), "an edited flannel.service stayed after removal"
+        assert cluster.flannel_leftovers("m1") == []
