@@ -14,6 +14,10 @@
     cluster.subnet_env(m), cluster.vxlan_links(m), cluster.flanneld_pids(m); in etcd:
     cluster.network_config(), cluster.etcd_values(prefix); traffic while
     something happens: `with cluster.pinging(pod, address) as p: ...`.
+    Whether a node is as flannel found it: cluster.node_state(m) (iptables
+    rules per table, routes, addresses, links, systemd units) and
+    cluster.flannel_leftovers(m) (what it gained since up(), the running
+    pods' own bridge and chains aside unless pods_stay=False).
     host_leftovers() lists what sandbox runs left on the host.
 
 Real parts: a test network of namespaces, Debian's etcd with client TLS in a

@@ -28,6 +28,7 @@ API::
         net.netns_for("etcd") -> "flsb-<tag>-etcd"   # attached on first use
         net.address_of("etcd") -> "172.31.254.2"
         net.attach(name, address=None, kind="machine") -> Attachment
+        net.add_interface(name, "eth1") -> address    # a second NIC on the segment
         net.detach(name)                              # kills its processes, deletes it
     cleanup_stale(force=False) -> list[str]           # what it removed
     netns_pids(netns) -> list[int]; kill_netns_processes(netns); delete_netns(netns)
