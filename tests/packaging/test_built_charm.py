@@ -171,6 +171,16 @@ def test_charm_proof_is_clean(built_charm):
                          stderr=subprocess.STDOUT, text=True)
     bad = [line for line in run.stdout.splitlines() if line.startswith(("W:", "E:"))]
     assert bad == [], run.stdout
+    # Charmhub shows the icon first; before, proof said "I: No icon.svg file."
+    assert "icon.svg" not in run.stdout, run.stdout
+
+
+def test_the_icon_is_a_100_pixel_svg(built_charm):
+    import xml.etree.ElementTree as ElementTree
+    root = ElementTree.parse(built_charm / "icon.svg").getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert (root.get("width"), root.get("height"), root.get("viewBox")) == \
+        ("100", "100", "0 0 100 100")
 
 
 def test_charm_zip_matches_the_dir_and_keeps_modes(built_charm):
