@@ -268,7 +268,11 @@ def configure_network():
 def _cidr_conflict(options):
     """The cidr against this machine's networks and routes (host_network):
     an InvalidOption, or None. (The service-cidr is checked with etcd's
-    record of it, in configure_network.)"""
+    record of it, in configure_network.) The network etcd confirmed, which
+    this node runs, is not refused: a refresh must not block a working node."""
+    confirmed = unitdata.kv().get(NETWORK_KEY) or {}
+    if confirmed.get("Network") == str(options.cidr):
+        return None
     from charms.flannel import host_network
     networks = host_network.machine_networks(host_network.read_links(),
                                              host_network.read_routes(), _pod_networks())
@@ -412,8 +416,14 @@ def _install_unit_file(record: InstallRecord, options, etcd, endpoints) -> None:
         _templates(), endpoints=endpoints, ca_file=files.ca_file,
         cert_file=files.cert_file, key_file=files.key_file,
         iface=options.iface or _binding_interface("cni"))
-    record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644, sole=True)
-    unitdata.kv().set(UNIT_FILE_INPUTS_KEY, inputs)
+    rewritten = record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644, sole=True)
+    kv = unitdata.kv()
+    if rewritten and kv.get(UNIT_FILE_INPUTS_KEY) == inputs:
+        # the same bytes the charm wrote before, over someone's edit that
+        # systemd may have loaded and flanneld run: reload, and restart
+        kv.unset(UNIT_FILE_LOADED_KEY)
+        kv.unset(DIGEST_KEY)
+    kv.set(UNIT_FILE_INPUTS_KEY, inputs)
 
 
 @when(INSTALLED, SERVICE_RUNNING, "endpoint.cni.joined")
@@ -457,14 +467,15 @@ def _tear_down():
     if paths.SERVICE_FILE.exists():
         host.service_stop(SERVICE)
         host.service("disable", SERVICE)
+    # What flannel served here, read before its files and state go.
+    served = _served_network()
     # Each step may fail (etcd gone, a device deleted meanwhile): the files
     # still go, or a forced removal would leave them all behind.
     _best_effort("release the lease", _release_lease)
     _best_effort("delete flanneld's vxlan devices", daemon.delete_vxlan_links)
     # flanneld cleans its iptables rules when it starts, not when it exits
     _best_effort("remove flanneld's iptables rules", _remove_iptables_rules)
-    _best_effort("remove flanneld's routes", _remove_routes)
-    _best_effort("remove the idle pod bridge", _remove_idle_bridge)
+    _best_effort("remove flanneld's routes", lambda: _remove_routes(served))
     _best_effort("remove the nrpe check", _remove_nrpe_check)
     damaged = unitdata.kv().get(PROBLEM_KEY + "record")  # watch_inputs, this hook
     left = []
@@ -486,6 +497,8 @@ def _tear_down():
     # flanneld's lease file would make a later plugin hand out stale addresses.
     if paths.SUBNET_ENV.exists():
         paths.SUBNET_ENV.unlink()
+    # Last, with no conflist left to make a new pod bring it back.
+    _best_effort("remove the idle pod bridge", lambda: _remove_idle_bridge(served))
     # systemd forgets the unit whose file went (and that it failed, if it had)
     _best_effort("reload systemd", lambda: subprocess.run(
         ["systemctl", "daemon-reload"], check=True, capture_output=True))
@@ -518,15 +531,24 @@ def _best_effort(what: str, step) -> None:
 def _pod_networks() -> list:
     """The pod networks flanneld served here: the one etcd confirmed, and
     the one its subnet.env names (they differ mid-change)."""
+    return [network for network, _ in _served_network().networks]
+
+
+def _served_network() -> "leftovers.ServedNetwork":
+    """What flannel served on this node (etcd's confirmed network, subnet.env,
+    the CNI network name), for the teardown's steps."""
     import ipaddress
-    networks = set()
+    networks = {}
     confirmed = unitdata.kv().get(NETWORK_KEY) or {}
     if confirmed.get("Network"):
-        networks.add(ipaddress.ip_network(confirmed["Network"]))
+        network, subnet_len, _ = daemon.network_shape(confirmed)
+        networks[network] = subnet_len
     env = read_lease(paths.SUBNET_ENV)
     if env is not None:
-        networks.add(env.network)
-    return sorted(networks, key=str)
+        networks.setdefault(ipaddress.ip_network(env.network), env.subnet.network.prefixlen)
+    name = adoption.cni_network_name(paths.CNI_CONFLIST, unitdata.kv().get(NETWORK_NAME_KEY))
+    return leftovers.ServedNetwork(networks=tuple(sorted(networks.items(), key=str)),
+                                   cni_network_name=name)
 
 
 def _remove_iptables_rules() -> None:
@@ -534,14 +556,13 @@ def _remove_iptables_rules() -> None:
         hookenv.log("Removed flanneld's iptables rule: {}".format(line))
 
 
-def _remove_routes() -> None:
-    for line in leftovers.remove_pod_network_routes(_pod_networks()):
+def _remove_routes(served) -> None:
+    for line in leftovers.remove_pod_network_routes(served.networks):
         hookenv.log("Removed flanneld's route {}".format(line))
 
 
-def _remove_idle_bridge() -> None:
-    name = adoption.cni_network_name(paths.CNI_CONFLIST, unitdata.kv().get(NETWORK_NAME_KEY))
-    for line in leftovers.remove_idle_bridge(adoption.HOST_LOCAL_TABLES / name):
+def _remove_idle_bridge(served) -> None:
+    for line in leftovers.remove_idle_bridge(served):
         hookenv.log("Removed {}: no pod is left on it".format(line))
 
 
@@ -558,8 +579,14 @@ def _keep_subnet_for_new_address(etcd, old_iface: str, new_iface: str) -> None:
     if env is None:
         return
     subnet = str(env.subnet.network)
+    from charms.flannel import host_network
+    mine = {str(a.ip) for link in host_network.read_links() for a in link.addresses}
     try:
         with NetworkStore(_etcd_settings(etcd, timeout=3.0), preferred=_answered()) as store:
+            held = [lease for lease in store.leases() if lease.get("Subnet") == subnet]
+            if not held or held[0].get("PublicIP") not in mine:
+                # expired and leased by another node since: not ours to give back
+                return
             if store.release_lease(subnet):
                 hookenv.log("flanneld moves from {} to {}: gave the lease of {} back so that "
                             "it leases the same subnet under its new address".format(

@@ -459,6 +459,10 @@ class Cluster:
                           check=False).stdout.splitlines():
             if line.split():
                 units.add(line.split()[0].lstrip("●*"))
+        # enabled (or masked) units: their links under /etc/systemd/system
+        for line in m.run(["find", "/etc/systemd/system", "-type", "l"],
+                          check=False).stdout.splitlines():
+            units.add(f"link {line.strip()}")
         return NodeState(rules={t: tuple(sorted(r)) for t, r in rules.items()},
                          routes=frozenset(routes), links=frozenset(m.links()),
                          addresses=frozenset(addresses), units=frozenset(units))

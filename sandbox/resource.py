@@ -38,7 +38,8 @@ API::
     build_resource(arch="amd64", out_dir=Path) -> Path   # out_dir/flannel-<arch>.tar.gz
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
     crictl_path() -> Path                                # host-arch crictl, built if missing
-    binary_path(name, arch="amd64") -> Path   # "flanneld" | "flannel" | "cnitool" | "crictl"
+    binary_path(name, arch="amd64") -> Path
+        # "flanneld" | "flannel" | "cnitool" | "crictl" | "actionlint"
     host_arch() -> str                                   # "amd64" | "arm64" | "s390x"
     elf_interpreter(path) -> str | None                  # PT_INTERP of an ELF file; None: static
     ARCHES                                               # ("amd64", "arm64", "s390x")
@@ -90,6 +91,9 @@ CNITOOL_VERSION = "v1.3.0"
 # (sandbox.cri); it speaks CRI v1, which Debian's containerd 1.6 serves.
 CRICTL_PACKAGE = "sigs.k8s.io/cri-tools/cmd/crictl"
 CRICTL_VERSION = "v1.37.0"
+# actionlint: the linter for .github/workflows (tests/packaging/test_workflows.py)
+ACTIONLINT_PACKAGE = "github.com/rhysd/actionlint/cmd/actionlint"
+ACTIONLINT_VERSION = "v1.7.12"
 
 ARCHES = ("amd64", "arm64", "s390x")
 TARBALL_MEMBERS = ("flanneld", "cni-plugin/flannel")
@@ -147,10 +151,14 @@ BINARIES = {
         # so that `crictl --version` prints the pinned version instead of "unknown"
         ldflags=f"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}",
     ),
+    "actionlint": GoBinary(
+        "actionlint", ACTIONLINT_PACKAGE, ACTIONLINT_VERSION,
+        ldflags=f"-s -w -X github.com/rhysd/actionlint.version={ACTIONLINT_VERSION}",
+    ),
 }
 # go install names flanneld's binary after the module's last element.
 _GO_OUTPUT_NAME = {"flanneld": "flannel", "flannel": "flannel", "cnitool": "cnitool",
-                   "crictl": "crictl"}
+                   "crictl": "crictl", "actionlint": "actionlint"}
 
 
 def host_arch() -> str:
@@ -370,7 +378,7 @@ def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None
     return target
 
 
-HOST_TOOLS = ("flanneld", "crictl", "flannel", "cnitool")  # longest builds first
+HOST_TOOLS = ("flanneld", "crictl", "actionlint", "flannel", "cnitool")  # longest first
 
 
 def build_host_tools(progress, start: float) -> int:

@@ -1,6 +1,6 @@
 """Remove/add cycles of the flannel:cni relation on one worker machine, for
 each worker generation: the reactive worker of the bug report and today's
-ops worker (which re-extracts its plugins in every hook). Three cycles in
+ops worker (which re-extracts its plugins in every hook). Two cycles in
 the everyday profile, ten in the full one (sandbox.profile; the 50-cycle
 soak is `python -m sandbox soak`).
 
@@ -23,7 +23,7 @@ from sandbox.cluster import WORKER_GENERATIONS
 pytestmark = pytest.mark.functional
 
 # a later cycle meets what the earlier ones left: two are the least that shows it
-CYCLES = profile.repetitions(everyday=3, full=10)
+CYCLES = profile.repetitions(everyday=2, full=10)
 
 
 @pytest.mark.parametrize("generation", WORKER_GENERATIONS)

@@ -112,7 +112,7 @@ def test_an_iface_that_does_not_exist_is_refused_and_flanneld_keeps_running(clus
     before = cluster.flanneld_pids("m1")
     cluster.configure(iface="nosuch0")
     assert cluster.workload(unit) == (
-        "blocked", 'Invalid iface: "nosuch0" is not an interface or address of this machine')
+        "blocked", 'Invalid iface: "nosuch0" is not an interface of this machine')
     assert cluster.flanneld_pids("m1") == before
     idle(cluster)
     assert cluster.flanneld_pids("m1") == before

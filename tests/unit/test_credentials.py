@@ -61,3 +61,10 @@ def test_tls_material_that_is_not_pem_is_named_and_never_shown(pki, which, value
     problem = pem_problem(good["ca"], good["cert"], good["key"])
     assert problem == f"etcd relation: {says}"
     assert "BEGIN" not in problem
+
+
+def test_an_ec_key_with_its_parameters_block_is_pem(pki):
+    """`openssl ecparam -genkey` writes EC PARAMETERS before the key."""
+    params = "-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n"
+    assert pem_problem(pki.ca_cert.read_text(), pki.client_cert.read_text(),
+                       params + pki.client_key.read_text()) is None

@@ -35,6 +35,7 @@ veth eth2 && ip link set eth2 up
 veth eth3 && ip link set eth3 up && ip addr add fd00:5::4/64 dev eth3 nodad
 ip route add default via 172.31.254.1 dev eth0
 ip route add 10.200.0.0/16 via 172.31.254.9 dev eth0
+ip route add 10.0.0.0/8 via 172.31.254.8 dev eth0
 ip link add cni0 type bridge && ip addr add 10.1.52.1/24 dev cni0 && ip link set cni0 up
 ip link add flannel.1 type vxlan id 1 dev eth0 dstport 8472
 ip addr add 10.1.52.0/32 dev flannel.1
@@ -66,7 +67,7 @@ RUNNING = [ipaddress.ip_network("10.1.0.0/16")]
 @pytest.mark.parametrize("cidr, named", [
     ("172.31.0.0/16", "172.31.254.0/24, the network of eth0 (172.31.254.11/24)"),
     ("192.168.50.0/26", "192.168.50.0/24, the network of eth1"),
-    ("10.200.128.0/17", "10.200.0.0/16, a route of this machine (10.200.0.0/16 via 172.31.254.9"),
+    ("10.200.0.0/15", "10.200.0.0/16, a route of this machine (10.200.0.0/16 via 172.31.254.9"),
 ])
 def test_a_cidr_over_a_network_the_machine_is_on_or_routes_to_is_refused(machine, cidr, named):
     links, routes = machine
@@ -87,11 +88,23 @@ def test_the_running_pod_network_the_default_route_and_flannels_devices_do_not_c
 
 
 @needs_root
-def test_without_the_running_network_its_bridge_would_conflict(machine):
+def test_flannels_own_devices_never_count(machine):
     links, routes = machine
     found = machine_networks(links, routes, pod_networks=[])
-    assert not any(where.startswith("the network of cni0") for _, where in found)
+    assert not any("cni0" in where or "flannel.1" in where for _, where, _ in found), found
     assert cidr_conflict(ipaddress.ip_network("10.1.0.0/16"), found) is None
+
+
+@needs_root
+def test_a_route_wider_than_the_cidr_loses_to_flannels_and_is_no_conflict(machine):
+    """10.0.0.0/8 via a VPN gateway: pods' /24s are longer prefixes. (A
+    network the machine is on conflicts whichever is wider.)"""
+    links, routes = machine
+    found = machine_networks(links, routes, RUNNING)
+    assert (ipaddress.ip_network("10.0.0.0/8"), "a route of this machine (10.0.0.0/8 via "
+            "172.31.254.8 dev eth0)", False) in found
+    assert cidr_conflict(ipaddress.ip_network("10.3.0.0/16"), found) is None
+    assert cidr_conflict(ipaddress.ip_network("172.31.254.128/25"), found) is not None
 
 
 def test_the_service_cidr_the_control_plane_publishes_is_refused():

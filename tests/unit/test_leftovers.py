@@ -93,9 +93,42 @@ def test_removal_takes_every_flannel_rule_and_leaves_everyone_elses(node):
 
 def test_routes_into_the_pod_network_go_and_the_bridges_and_others_stay(node):
     network = ipaddress.ip_network("10.1.0.0/16")
-    removed = leftovers.remove_pod_network_routes([network], run=node)
+    node(["ip", "route", "add", "10.1.200.0/22", "via", "172.31.254.1"])  # not a node's subnet
+    removed = leftovers.remove_pod_network_routes([(network, 24)], run=node)
     assert removed == ["10.1.7.0/24 via 172.31.254.12 dev eth0"]
     routes = {r["dst"]: r.get("dev") for r in json.loads(node(["ip", "-j", "route", "show"]))}
     assert routes.get("10.1.52.0/24") == "cni0"        # the running pods' own
     assert routes.get("10.9.0.0/16") == "eth0"         # not the pod network
     assert "10.1.7.0/24" not in routes
+    assert routes.get("10.1.200.0/22") == "eth0"      # another shape: someone else's
+
+
+SERVED = leftovers.ServedNetwork(networks=((ipaddress.ip_network("10.1.0.0/16"), 24),),
+                                 cni_network_name="CDK-flannel-network")
+
+
+def test_an_idle_bridge_of_flannels_network_goes_with_its_empty_table(node, tmp_path):
+    table = tmp_path / "CDK-flannel-network"
+    table.mkdir()
+    (table / "last_reserved_ip.0").write_text("10.1.52.7")
+    (table / "lock").write_text("")
+    removed = leftovers.remove_idle_bridge(SERVED, run=node, tables_dir=tmp_path)
+    assert removed == ["bridge cni0", f"host-local table {table}"]
+    assert leftovers.bridge_ports("cni0", node) is None and not table.exists()
+
+
+def test_a_bridge_with_a_pod_on_it_stays_and_so_does_its_table(node, tmp_path):
+    node(["sh", "-ec", "ip link add vethpod type veth peer name vethpodp\n"
+                       "ip link set vethpod master cni0"])
+    table = tmp_path / "CDK-flannel-network"
+    table.mkdir()
+    (table / "10.1.52.7").write_text("pod")
+    assert leftovers.remove_idle_bridge(SERVED, run=node, tables_dir=tmp_path) == []
+    assert leftovers.bridge_ports("cni0", node) == ["vethpod"] and table.exists()
+
+
+def test_another_networks_idle_cni0_is_not_flannels(node, tmp_path):
+    other = leftovers.ServedNetwork(networks=((ipaddress.ip_network("10.7.0.0/16"), 24),),
+                                    cni_network_name="../../etc")
+    assert leftovers.remove_idle_bridge(other, run=node, tables_dir=tmp_path / "t") == []
+    assert leftovers.bridge_ports("cni0", node) == []

@@ -75,6 +75,7 @@ def test_an_endpoint_without_port_gets_etcds_port():
     ("https://etcd$(id).example:2379", "not https://host:port"),
     ("https://10.0.0.5:2379/v2/keys", "not https://host:port"),
     ("https://user@10.0.0.5:2379", "not https://host:port"),
+    ("https://[fe80::1%eth0]:2379", "not https://host:port"),   # "%": a systemd specifier
 ])
 def test_an_unusable_connection_string_is_a_reason_to_wait(value, text):
     with pytest.raises(EtcdUnavailable) as caught:

@@ -53,6 +53,9 @@ def pem_problem(ca: str, cert: str, key: str) -> Optional[str]:
                               ("client key", key, ("PRIVATE KEY", "RSA PRIVATE KEY",
                                                    "EC PRIVATE KEY"))):
         blocks = _PEM_BLOCK.findall(text or "") if isinstance(text, str) else []
+        # `openssl ecparam -genkey` writes EC PARAMETERS before the key; Go's
+        # X509KeyPair (flanneld's) skips such blocks
+        blocks = [(kind, body) for kind, body in blocks if kind != "EC PARAMETERS"]
         if not blocks:
             return f"etcd relation: the {what} is not PEM"
         for kind, body in blocks:

@@ -83,6 +83,8 @@ def _normalise_endpoint(item: str, whole: str) -> str:
 
 
 def _plain_host(host: str) -> bool:
+    if "%" in host:   # an IPv6 zone: systemd would read "%" as a specifier
+        return False
     try:
         ipaddress.ip_address(host)
         return True

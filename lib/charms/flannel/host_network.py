@@ -34,8 +34,11 @@ class Link:
 
 
 def _ip_json(*args: str) -> list:
-    shown = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=30)
-    return json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
+    try:
+        shown = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=30)
+        return json.loads(shown.stdout or "[]") if shown.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
 
 
 def links_from(addr_show: Iterable[dict]) -> list[Link]:
@@ -71,20 +74,22 @@ def _flannels(device: str) -> bool:
 
 def machine_networks(links: Iterable[Link], routes: Iterable[dict],
                      pod_networks: Sequence[ipaddress.IPv4Network] = ()
-                     ) -> list[tuple[ipaddress.IPv4Network, str]]:
+                     ) -> list[tuple[ipaddress.IPv4Network, str, bool]]:
     """The IPv4 networks this machine is attached to or routes to, each with
-    where it comes from, for an operator: the default route and flannel's
-    own (its devices, the pod networks it serves now) left out."""
+    where it comes from, for an operator, and whether the machine is on it
+    (attached) or routes to it: the default route and flannel's own (its
+    devices, the pod networks it serves now) left out."""
     def ours(network: ipaddress.IPv4Network) -> bool:
         return any(network.subnet_of(pod) for pod in pod_networks)
 
-    found: dict[ipaddress.IPv4Network, str] = {}
+    found: dict[ipaddress.IPv4Network, tuple[str, bool]] = {}
     for link in links:
         if _flannels(link.name):
             continue
         for address in link.addresses:
             if address.version == 4 and not ours(address.network) and not link.loopback:
-                found.setdefault(address.network, f"the network of {link.name} ({address})")
+                found.setdefault(address.network,
+                                 (f"the network of {link.name} ({address})", True))
     for route in routes:
         dst, dev = route.get("dst", ""), route.get("dev", "")
         if dst in ("", "default") or _flannels(dev) or route.get("type") in (
@@ -97,16 +102,20 @@ def machine_networks(links: Iterable[Link], routes: Iterable[dict],
         if network.version != 4 or network.prefixlen == 0 or ours(network):
             continue
         via = f" via {route['gateway']}" if route.get("gateway") else ""
-        found.setdefault(network, f"a route of this machine ({dst}{via} dev {dev})")
-    return sorted(found.items(), key=lambda item: (item[0].network_address, item[0].prefixlen))
+        found.setdefault(network, (f"a route of this machine ({dst}{via} dev {dev})", False))
+    return [(network, where, attached) for network, (where, attached) in
+            sorted(found.items(), key=lambda item: (item[0].network_address, item[0].prefixlen))]
 
 
 def cidr_conflict(cidr: ipaddress.IPv4Network,
-                  networks: Iterable[tuple[ipaddress.IPv4Network, str]],
+                  networks: Iterable[tuple[ipaddress.IPv4Network, str, bool]],
                   service_cidr: Optional[str] = None) -> Optional[InvalidOption]:
-    """Why `cidr` cannot be the pod network here, or None."""
-    for network, where in networks:
-        if cidr.overlaps(network):
+    """Why `cidr` cannot be the pod network here, or None: it overlaps a
+    network the machine is on, or covers one it routes to (a route wider
+    than the cidr, a VPN's 10.0.0.0/8 say, loses to flannel's longer
+    prefixes and breaks nothing)."""
+    for network, where, attached in networks:
+        if cidr.overlaps(network) and (attached or network.subnet_of(cidr)):
             return InvalidOption(
                 "cidr", f"{cidr} overlaps {network}, {where}; use a range this "
                         "machine neither is on nor routes to")

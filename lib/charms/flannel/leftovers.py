@@ -24,17 +24,30 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 CHAIN_PREFIX = "FLANNEL-"
 # the bridge whose routes and addresses belong to the pods still running
 POD_BRIDGE = "cni0"
+HOST_LOCAL_TABLES = Path("/var/lib/cni/networks")
+# libcni's rule for a network name (it names host-local's table directory)
+_CNI_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
 Run = Callable[[list], str]
+
+
+@dataclass(frozen=True)
+class ServedNetwork:
+    """What flannel served on a node: each pod network with the prefix
+    length of its subnets, and the CNI network name (host-local's table)."""
+    networks: tuple = ()          # ((IPv4Network, subnet_len), ...)
+    cni_network_name: str = ""
 
 
 def run_command(argv: list) -> str:
@@ -94,10 +107,10 @@ def remove_iptables_rules(run: Run = run_command,
     return removed
 
 
-def pod_network_routes(routes: Iterable[dict],
-                       networks: Iterable[ipaddress._BaseNetwork]) -> list[dict]:
-    """The routes (`ip -j route show` entries) into the pod networks that
-    are flanneld's: every one but those through the pods' own bridge."""
+def pod_network_routes(routes: Iterable[dict], networks: Iterable[tuple]) -> list[dict]:
+    """The routes (`ip -j route show` entries) that are flanneld's: to one
+    node's subnet of a pod network (the network's subnet length, inside
+    it), not through the pods' own bridge. networks: (network, subnet_len)."""
     nets = list(networks)
     out = []
     for route in routes:
@@ -108,18 +121,18 @@ def pod_network_routes(routes: Iterable[dict],
             prefix = ipaddress.ip_network(dst, strict=False)
         except ValueError:
             continue
-        if any(prefix.version == n.version and prefix.subnet_of(n) for n in nets):
+        if any(prefix.version == n.version and prefix.subnet_of(n) and prefix.prefixlen == length
+               for n, length in nets):
             out.append(route)
     return out
 
 
-def remove_pod_network_routes(networks: Iterable[ipaddress._BaseNetwork],
-                              run: Run = run_command) -> list[str]:
+def remove_pod_network_routes(networks: Iterable[tuple], run: Run = run_command) -> list[str]:
     """Delete flanneld's routes into the pod networks (host-gw's routes to
     the other nodes' subnets); returns what went, for the log."""
     nets = list(networks)
     removed = []
-    for family in {n.version for n in nets}:
+    for family in sorted({n.version for n, _ in nets}):
         routes = json.loads(run(["ip", f"-{family}", "-j", "route", "show"]) or "[]")
         for route in pod_network_routes(routes, nets):
             argv = ["ip", f"-{family}", "route", "del", route["dst"]]
@@ -132,34 +145,50 @@ def remove_pod_network_routes(networks: Iterable[ipaddress._BaseNetwork],
     return removed
 
 
-def bridge_ports(bridge: str = POD_BRIDGE, sys_class_net: Path = Path("/sys/class/net")
-                 ) -> Optional[list[str]]:
+def bridge_ports(bridge: str = POD_BRIDGE, run: Run = run_command) -> Optional[list[str]]:
     """The links enslaved to `bridge` (the pods' veths), None if no such bridge."""
-    brif = sys_class_net / bridge / "brif"
-    if not brif.is_dir():
+    try:
+        run(["ip", "-j", "link", "show", "dev", bridge])
+    except subprocess.CalledProcessError:
         return None
-    return sorted(os.listdir(brif))
+    shown = json.loads(run(["ip", "-j", "link", "show", "master", bridge]) or "[]")
+    return sorted(link.get("ifname", "") for link in shown)
 
 
-def remove_idle_bridge(allocation_table: Optional[Path], run: Run = run_command,
+def remove_idle_bridge(served: ServedNetwork, run: Run = run_command,
                        bridge: str = POD_BRIDGE,
-                       sys_class_net: Path = Path("/sys/class/net")) -> list[str]:
-    """With no pod left on the pod network's bridge: delete the bridge, and
-    host-local's table of the network's addresses if it holds none. Returns
-    what went, for the log; nothing while a pod is still attached."""
-    ports = bridge_ports(bridge, sys_class_net)
+                       tables_dir: Path = HOST_LOCAL_TABLES) -> list[str]:
+    """With no pod left on the pod network's bridge: delete the bridge if it
+    is flannel's (an address inside a network flannel served), and
+    host-local's table of flannel's CNI network if it holds no address.
+    Returns what went, for the log; nothing while a pod is attached."""
+    ports = bridge_ports(bridge, run)
     if ports:
         return []
     removed = []
-    if ports is not None:
+    if ports is not None and _holds_served_address(run, bridge, served):
         run(["ip", "link", "delete", bridge])
         removed.append(f"bridge {bridge}")
-    if allocation_table is not None and allocation_table.is_dir():
-        entries = os.listdir(allocation_table)
-        if not any(_is_address(name) for name in entries):
-            shutil.rmtree(allocation_table, ignore_errors=True)
-            removed.append(f"host-local table {allocation_table}")
+    name = served.cni_network_name
+    table = tables_dir / name
+    if _CNI_NAME.fullmatch(name or "") and name not in (".", "..") and table.is_dir():
+        if not any(_is_address(entry) for entry in os.listdir(table)):
+            shutil.rmtree(table, ignore_errors=True)
+            removed.append(f"host-local table {table}")
     return removed
+
+
+def _holds_served_address(run: Run, bridge: str, served: ServedNetwork) -> bool:
+    shown = json.loads(run(["ip", "-j", "addr", "show", "dev", bridge]) or "[]")
+    for link in shown:
+        for info in link.get("addr_info", []):
+            try:
+                address = ipaddress.ip_address(info.get("local", ""))
+            except ValueError:
+                continue
+            if any(address.version == n.version and address in n for n, _ in served.networks):
+                return True
+    return False
 
 
 def _is_address(name: str) -> bool:

@@ -93,8 +93,9 @@ def shared_service_cidr(store: NetworkStore, published: str | None) -> str | Non
     """The service-cidr every unit checks the pod network against. Only the
     control plane publishes it, to its own flannel unit: that unit records
     it in etcd, where the units beside workers (never told) read it, so
-    that a cidr over the service network is refused on every node before
-    any of them writes it."""
+    that once it is recorded (the control plane's unit has configured the
+    network once) a cidr over the service network is refused on every node
+    before any of them writes it."""
     if published:
         store.record_service_cidr(published)
         return published
@@ -170,7 +171,7 @@ class NetworkStore:
 
     def read_service_cidr(self) -> str | None:
         values = self._call(lambda client: client.get(self.service_cidr_key))
-        return values[0].decode() if values else None
+        return values[0].decode(errors="replace") if values else None
 
     def record_service_cidr(self, value: str) -> None:
         if self.read_service_cidr() != value:
