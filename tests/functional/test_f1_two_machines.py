@@ -265,53 +265,50 @@ MALFORMED = {
 }
 
 
+@contextlib.contextmanager
+def etcd_publishes(two, **changes):
+    """etcd publishes `changes` for the block (each unit waiting when it
+    settles), then what it published before; flanneld must run on
+    untouched through both. Yields unit -> its waiting message."""
+    etcd = two.controller.emulated["etcd"]
+    good = {key: getattr(etcd, key) for key in changes}
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    try:
+        with two.timings.phase(f"etcd publishes {sorted(changes)} (malformed)", two.say):
+            etcd.update(**{key: value.format(**good) for key, value in changes.items()})
+            two.settle()
+            yield two.wait_for_flannel(timeout=60, state="waiting")
+        assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+    finally:
+        etcd.update(**good)
+        two.settle()
+        two.wait_for_flannel(timeout=120)
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+
+
 @pytest.mark.parametrize("kind", list(MALFORMED))
 def test_malformed_etcd_relation_data_waits_and_reaches_no_unit_file(two, kind):
     """Relation data is input: an etcd connection string that is not a list
     of https://host:port gives a waiting status naming the relation, and the
     unit file, flanneld and the pods' traffic stay as they were."""
-    etcd = two.controller.emulated["etcd"]
-    good = etcd.connection_string
-    pids = {m: two.flanneld_pids(m) for m in MACHINES}
     unit_files = {m: two.machines[m].read_file(UNIT_FILE) for m in MACHINES}
     pods = pods_everywhere(two)
-    try:
-        with two.timings.phase(f"etcd publishes a connection string with a {kind}", two.say):
-            etcd.update(connection_string=MALFORMED[kind].format(good=good))
-            two.settle()
-            messages = two.wait_for_flannel(timeout=60, state="waiting")
+    malformed = MALFORMED[kind].replace("{good}", "{connection_string}")
+    with etcd_publishes(two, connection_string=malformed) as messages:
         for unit, message in messages.items():
             assert message.startswith("etcd relation: connection string"), f"{unit}: {message!r}"
             assert "not https://host:port" in message, message
         assert {m: two.machines[m].read_file(UNIT_FILE) for m in MACHINES} == unit_files
         assert not any(two.machines[m].exists("/flannel-pwned") for m in MACHINES)
-        assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
         assert_ping_both_ways(pods["m1"], pods["m2"])
-    finally:
-        etcd.update(connection_string=good)
-        two.settle()
-        two.wait_for_flannel(timeout=120)
-    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
 
 
 def test_etcd_tls_material_that_is_not_pem_waits_and_keeps_the_client_files(two):
-    etcd = two.controller.emulated["etcd"]
-    good = etcd.client_key
-    pids = {m: two.flanneld_pids(m) for m in MACHINES}
-    keys = {m: two.machines[m].read_file("/etc/ssl/flannel/client-key.pem") for m in MACHINES}
-    try:
-        etcd.update(client_key="not a key")
-        two.settle()
-        messages = two.wait_for_flannel(timeout=60, state="waiting")
+    key_file = "/etc/ssl/flannel/client-key.pem"
+    keys = {m: two.machines[m].read_file(key_file) for m in MACHINES}
+    with etcd_publishes(two, client_key="not a key") as messages:
         assert set(messages.values()) == {"etcd relation: the client key is not PEM"}, messages
-        assert {m: two.machines[m].read_file("/etc/ssl/flannel/client-key.pem")
-                for m in MACHINES} == keys
-        assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
-    finally:
-        etcd.update(client_key=good)
-        two.settle()
-        two.wait_for_flannel(timeout=120)
-    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
+        assert {m: two.machines[m].read_file(key_file) for m in MACHINES} == keys
 
 
 # --- 6. etcd relation, upgrade-charm -------------------------------------------------------

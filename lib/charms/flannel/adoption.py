@@ -143,12 +143,13 @@ def networks_with_allocations(tables_dir: Path) -> list[str]:
             names = [entry.name for entry in table.iterdir()] if table.is_dir() else []
         except OSError:
             continue
-        if any(_is_address(name) for name in names):
+        if any(is_address(name) for name in names):
             found.append(table.name)
     return found
 
 
-def _is_address(name: str) -> bool:
+def is_address(name: str) -> bool:
+    """Whether a host-local table entry's name is a pod address."""
     try:
         ipaddress.ip_address(name)
     except ValueError:

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from .adoption import HOST_LOCAL_TABLES, is_address
+
 CHAIN_PREFIX = "FLANNEL-"
 # the bridge whose routes and addresses belong to the pods still running
 POD_BRIDGE = "cni0"
-HOST_LOCAL_TABLES = Path("/var/lib/cni/networks")
 # libcni's rule for a network name (it names host-local's table directory)
 _CNI_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
@@ -172,7 +173,7 @@ def remove_idle_bridge(served: ServedNetwork, run: Run = run_command,
     name = served.cni_network_name
     table = tables_dir / name
     if _CNI_NAME.fullmatch(name or "") and name not in (".", "..") and table.is_dir():
-        if not any(_is_address(entry) for entry in os.listdir(table)):
+        if not any(is_address(entry) for entry in os.listdir(table)):
             shutil.rmtree(table, ignore_errors=True)
             removed.append(f"host-local table {table}")
     return removed
@@ -189,11 +190,3 @@ def _holds_served_address(run: Run, bridge: str, served: ServedNetwork) -> bool:
             if any(address.version == n.version and address in n for n, _ in served.networks):
                 return True
     return False
-
-
-def _is_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
