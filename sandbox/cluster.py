@@ -194,9 +194,13 @@ class Cluster:
                                        to=[self.machine_ids[CONTROL_PLANE_MACHINE]])
                 self.controller.add_relation(*CONTROL_PLANE_ETCD_RELATION)
             self.controller.settle()
-        # each node as flannel finds it: what flannel_leftovers() compares with
-        self.pristine = {m: self.node_state(m) for m in self.machines}
+        self.remember_nodes()
         return self
+
+    def remember_nodes(self) -> None:
+        """Each node as flannel finds it: what flannel_leftovers() compares
+        with (taken by up(); again by a test that shapes the nodes first)."""
+        self.pristine = {m: self.node_state(m) for m in self.machines}
 
     def worker_machines(self) -> list[str]:
         return [m for m in self.machines if m != CONTROL_PLANE_MACHINE]

@@ -533,19 +533,25 @@ class Machine:
         return pids_in_namespaces(ids)
 
     def pids_of(self, name: str) -> list[int]:
-        """Processes in the machine named `name` (comm, or argv[0]'s basename)."""
-        found = []
+        """Processes in the machine named `name` (comm, or argv[0]'s basename).
+        A child forked by one of them that has not exec'd yet (flanneld runs
+        iptables every few seconds) bears the same name for a moment: it is
+        not a process of its own and is left out."""
+        found = {}
         for pid in self.pids():
             if pid == self.holder_pid:
                 continue
             try:
                 comm = Path(f"/proc/{pid}/comm").read_text().strip()
                 argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+                status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
                 continue
             if name in (comm, os.path.basename(argv0)):
-                found.append(pid)
-        return found
+                ppid = next((int(line.split()[1]) for line in status.splitlines()
+                             if line.startswith("PPid:")), 0)
+                found[pid] = ppid
+        return [pid for pid, ppid in found.items() if ppid not in found]
 
     def ip_json(self, *args) -> list[dict]:
         out = run(["ip", "-n", self.netns, "-j", *args]).stdout
