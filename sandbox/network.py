@@ -285,8 +285,16 @@ class TestNetwork:
             return self
         cleanup_stale()
         owner = _owner_file(self.tag)
-        owner.parent.mkdir(parents=True, exist_ok=True)
-        owner.write_text(json.dumps({"pid": os.getpid(), "start": _proc_start_time(os.getpid())}))
+        for _ in range(50):
+            try:
+                owner.parent.mkdir(parents=True, exist_ok=True)
+                owner.write_text(json.dumps({"pid": os.getpid(),
+                                             "start": _proc_start_time(os.getpid())}))
+                break
+            except FileNotFoundError:
+                # a run beside this one (another xdist worker) removed the
+                # empty state root between our mkdir and our write: again
+                continue
         try:
             run(["ip", "netns", "add", self.switch])
             self.created = True
