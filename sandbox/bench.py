@@ -127,12 +127,15 @@ def make_bare_charm(flannel_charm: Path, dest: Path) -> Path:
 
 # --- measuring ----------------------------------------------------------------------
 
-def _children_cpu() -> float:
+def _children_cpu(machines=()) -> float:
     """CPU of every process this one waited for, plus what the hook tools'
-    calls cost in this process (sandbox.juju.agent_socket: they run here)."""
+    calls cost in this process (sandbox.juju.agent_socket: they run here)
+    and what the machines' systemctl servers spent on calls (their log)."""
     from sandbox.juju.agent_socket import ALL_CALLS
+    from sandbox.systemctl import SERVED_CPU_LOG, served_cpu
     usage = _rusage.getrusage(_rusage.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime + ALL_CALLS.cpu_seconds
+    served = sum(served_cpu((m.read_file(SERVED_CPU_LOG) or b"").decode()) for m in machines)
+    return usage.ru_utime + usage.ru_stime + ALL_CALLS.cpu_seconds + served
 
 
 # A hook's usual calls, as charms.reactive makes them in every hook.
@@ -168,13 +171,14 @@ class HookCost:
     cpu: float
 
 
-def hook_cost(controller, unit: str, hook: str) -> HookCost:
+def hook_cost(controller, unit: str, hook: str, machines=()) -> HookCost:
     """Fire one hook on one unit; its wall time (the agent's) and the CPU of
-    its process tree (every process it waited for)."""
-    before = _children_cpu()
+    its process tree (every process it waited for, and the systemctl calls
+    the `machines`' servers answered)."""
+    before = _children_cpu(machines)
     controller.fire(unit, hook)
     runs = [r for r in controller.settle() if r.unit == unit and r.hook == hook]
-    cpu = _children_cpu() - before
+    cpu = _children_cpu(machines) - before
     if not runs or not runs[-1].ok:
         raise RuntimeError(f"{unit} {hook} failed: {runs[-1].stderr_tail if runs else 'not run'}")
     return HookCost(wall=runs[-1].duration, cpu=cpu)
@@ -202,12 +206,13 @@ def flanneld_start_to_lease(machine, timeout: float = 30.0) -> float:
 
 
 @contextlib.contextmanager
-def timed(into: dict, key: str):
-    started, cpu = time.monotonic(), _children_cpu()
+def timed(into: dict, key: str, machines=()):
+    started, cpu = time.monotonic(), _children_cpu(machines)
     try:
         yield
     finally:
-        into[key] = {"wall": time.monotonic() - started, "cpu": _children_cpu() - cpu}
+        into[key] = {"wall": time.monotonic() - started,
+                     "cpu": _children_cpu(machines) - cpu}
 
 
 def wait_active(cluster, app: str, timeout: float = 120.0) -> None:
@@ -250,6 +255,7 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
         cluster.settle()
         wait_active(cluster, BARE)
         m1 = cluster.machines["m1"]
+        machines = list(cluster.machines.values())
         flannel_unit, bare_unit = cluster.unit_on("m1"), _unit_on(cluster, BARE, "m1")
         results.put("bootstrap", "flannel", bootstrap_seconds(m1, flannel_unit))
         results.put("bootstrap", "bare", bootstrap_seconds(m1, bare_unit))
@@ -257,8 +263,8 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
         say(f"-- update-status x{runs}, interleaved")
         costs = {"flannel": [], "bare": []}
         for _ in range(runs):
-            costs["flannel"].append(hook_cost(ctl, flannel_unit, "update-status"))
-            costs["bare"].append(hook_cost(ctl, bare_unit, "update-status"))
+            costs["flannel"].append(hook_cost(ctl, flannel_unit, "update-status", [m1]))
+            costs["bare"].append(hook_cost(ctl, bare_unit, "update-status", [m1]))
         for name, seen in costs.items():
             results.put("update-status", name, {
                 "wall": statistics.median(c.wall for c in seen),
@@ -268,28 +274,28 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
 
         say("-- the re-add cycle, flannel")
         phases: dict = {}
-        with timed(phases, "remove-relation"):
+        with timed(phases, "remove-relation", machines):
             ctl.remove_relation(*CNI_RELATION)
             cluster.settle()
-        with timed(phases, "add-relation (hooks)"):
+        with timed(phases, "add-relation (hooks)", machines):
             ctl.add_relation(*CNI_RELATION)
             cluster.settle()
-        with timed(phases, "until every unit is active"):
+        with timed(phases, "until every unit is active", machines):
             wait_active(cluster, "flannel")
-        with timed(phases, "a new pod addressed"):
+        with timed(phases, "a new pod addressed", machines):
             pod = cluster.start_pod("m1")
             if not pod.address:
                 raise RuntimeError("the new pod got no address")
         results.put("re-add", "flannel", phases)
         say("-- the re-add cycle, bare")
         bare_phases: dict = {}
-        with timed(bare_phases, "remove-relation"):
+        with timed(bare_phases, "remove-relation", machines):
             ctl.remove_relation(*BARE_CNI_RELATION)
             cluster.settle()
-        with timed(bare_phases, "add-relation (hooks)"):
+        with timed(bare_phases, "add-relation (hooks)", machines):
             ctl.add_relation(*BARE_CNI_RELATION)
             cluster.settle()
-        with timed(bare_phases, "until every unit is active"):
+        with timed(bare_phases, "until every unit is active", machines):
             wait_active(cluster, BARE)
         results.put("re-add", "bare", bare_phases)
         results.put("re-add", "flanneld start-to-lease", flanneld_start_to_lease(m1))
@@ -310,7 +316,7 @@ def bench_deploy(charm: Path, resource: Path, machines: int, results: Results,
 
     with Cluster(charm, resource, workers=machines, say=say) as cluster:
         figures: dict = {}
-        with timed(figures, "deploy"):
+        with timed(figures, "deploy", cluster.machines.values()):
             cluster.deploy_flannel()
             wait_active(cluster, "flannel", timeout=300)
         figures["cpu per unit"] = figures["deploy"]["cpu"] / machines

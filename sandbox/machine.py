@@ -27,7 +27,8 @@ own sysfs (its network devices); ``/proc``, ``/tmp``, ``/home``, ``/work``,
 
 The machine has an Ubuntu 22.04 identity (``/etc/os-release``,
 ``/etc/lsb-release``), a ``/run/systemd/system`` directory and a
-``/usr/local/sbin/systemctl`` (sandbox/systemctl.py) that runs
+``/usr/local/sbin/systemctl`` (the forwarding client to the machine's
+systemctl server, sandbox/systemctl.py, started with the machine) that runs
 docker-systemctl-replacement's ``systemctl3`` held to systemd 252's rules
 (refuses ``daemon-reload UNIT`` and unknown verbs, restarts units per
 ``Restart=``/``RestartSec=``, no fixed waits): with those, charmhelpers'
@@ -70,6 +71,7 @@ veth) and removes the state directory (unless ``keep_state=True``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -79,6 +81,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import systemctl
+from .forwarding import build_client
 from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
                       list_netns, pids_in_namespaces, run, state_root)
 
@@ -150,6 +154,7 @@ while True:
 
 
 SYSTEMCTL_SOURCE = Path(__file__).with_name("systemctl.py")
+FORWARDING_SOURCE = Path(__file__).with_name("forwarding.py")
 
 
 def find_systemctl3() -> str:
@@ -196,6 +201,7 @@ class Machine:
         self._boot_routes: list[dict] = []
         self._boot_forwarding = "0"
         self._boot_mounts: set[str] = set()
+        self._systemctl_server: subprocess.Popen | None = None
 
     def __repr__(self) -> str:
         return f"Machine({self.name!r}, netns={self.netns!r}, address={self.address!r})"
@@ -230,14 +236,33 @@ class Machine:
         (u / "etc/lsb-release").write_text(LSB_RELEASE)
         (u / "etc/hostname").write_text(self.name + "\n")
         (u / "run/systemd/system").mkdir(parents=True)
+        # systemctl3 held to systemd 252's rules, run by the Python that has
+        # it, reached through the forwarding client (sandbox/systemctl.py)
+        lib = u / systemctl.INSTALL_DIR.lstrip("/")
+        lib.mkdir(parents=True)
+        script = lib / "systemctl.py"
+        script.write_text(f"#!{self._systemctl_python()}\n" + SYSTEMCTL_SOURCE.read_text())
+        script.chmod(0o755)
+        shutil.copy2(FORWARDING_SOURCE, lib / "forwarding.py")
         sbin = u / "usr/local/sbin"
         sbin.mkdir(parents=True, exist_ok=True)
-        # systemctl3 held to systemd 252's rules, run by the Python that has it
-        wrapper = sbin / "systemctl"
-        python = Path(find_systemctl3()).read_text().splitlines()[0][2:].strip()
-        wrapper.write_text(f"#!{python}\n" + SYSTEMCTL_SOURCE.read_text())
-        wrapper.chmod(0o755)
+        build_client(str(sbin / "systemctl"), server_socket=systemctl.SERVER_SOCKET,
+                     fallback=f"{systemctl.INSTALL_DIR}/systemctl.py")
         return overlays
+
+    @staticmethod
+    def _systemctl_python() -> str:
+        return Path(find_systemctl3()).read_text().splitlines()[0][2:].strip()
+
+    def _start_systemctl_server(self) -> None:
+        """The machine's systemctl server (sandbox.systemctl.serve): until it
+        listens, and after it is gone, systemctl runs without it."""
+        if self._systemctl_server is not None:
+            self._systemctl_server.wait()
+        self._systemctl_server = self.popen(
+            [self._systemctl_python(), f"{systemctl.INSTALL_DIR}/systemctl.py", systemctl.SERVE],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
 
     def start(self) -> "Machine":
         if self.holder is not None:
@@ -267,6 +292,7 @@ class Machine:
             self._boot_routes = self.ip_json("route", "show")
             self._boot_mounts = set(self._mount_points())
             self._boot_forwarding = self._forwarding()
+            self._start_systemctl_server()
         except Exception:
             self.destroy()
             raise
@@ -294,6 +320,10 @@ class Machine:
                 if f:
                     f.close()
             self.holder = None
+        if self._systemctl_server is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._systemctl_server.wait(timeout=5)
+            self._systemctl_server = None
         self.network.detach(self.name)
         if not self.keep_state and self.state_dir.exists():
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -401,6 +431,7 @@ class Machine:
              f"echo {self._boot_forwarding} > /proc/sys/net/ipv4/ip_forward"], check=False)
         gone += self._empty_run()
         (self.path_on_host("/run") / "systemd" / "system").mkdir(parents=True, exist_ok=True)
+        self._start_systemctl_server()
         if start_enabled:
             for unit in self.enabled_units():
                 self.run(["systemctl", "start", unit], check=False, timeout=60)

@@ -84,8 +84,9 @@ def tail(data: bytes | str, limit: int = 4000) -> str:
 
 class ToolsInstaller:
     """Builds the host-side staging copy of the hook tools once per model:
-    the jujuc client (sandbox.juju.agent_socket) and one symlink to it per
-    tool, as Juju lays out a unit's tools directory, plus the fake jujud."""
+    the jujuc client (sandbox.forwarding, served by sandbox.juju.agent_socket)
+    and one symlink to it per tool, as Juju lays out a unit's tools
+    directory, plus the fake jujud."""
 
     def __init__(self, staging_dir: str, juju_version: str, series="ubuntu", arch="amd64"):
         self.staging = staging_dir
@@ -94,7 +95,7 @@ class ToolsInstaller:
         self.jujud_path = os.path.join(os.path.dirname(staging_dir), "jujud")
 
     def build(self) -> None:
-        from .agent_socket import build_client
+        from ..forwarding import build_client
         from .hooktools import TOOLS
         if os.path.isdir(self.staging):
             shutil.rmtree(self.staging)

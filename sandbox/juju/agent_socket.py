@@ -2,9 +2,10 @@
 
 Juju's hook tools are one small client (jujuc) that hands each call to the
 unit agent over a socket. The sandbox does the same: every tool in a unit's
-tools directory is `jujuc` (sandbox/juju/jujuc.c, built by :func:`build_client`),
-and :class:`AgentSocket`, in the controller's process, runs the call with
-sandbox.juju.hooktools against the model state. A call costs the client's
+tools directory is `jujuc` (sandbox/forwarding_client.c, built by
+sandbox.forwarding.build_client), and :class:`AgentSocket`, in the
+controller's process, runs the call with sandbox.juju.hooktools against the
+model state. A call costs the client's
 exec and one socket round trip, not a Python interpreter that imports the
 tools and parses the model (70-80 ms of CPU per call before).
 
@@ -16,80 +17,16 @@ resource-get's download) are reached through /proc/PID/root and
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import socket
 import socketserver
 import struct
-import subprocess
 import threading
 import time
 import traceback
 
+from .. import forwarding
 from . import hooktools
-
-PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-CLIENT_SOURCE = os.path.join(PKG_DIR, "jujuc.c")
-MAGIC = b"JUJC"
-MAX_REQUEST = 16 << 20
-
-
-def build_client(dest: str) -> None:
-    """jujuc at `dest`: compiled from jujuc.c once per version of it (a
-    static binary: it runs in any machine), cached under $FLANNEL_CACHE."""
-    with open(CLIENT_SOURCE, "rb") as f:
-        key = hashlib.sha256(f.read()).hexdigest()[:16]
-    cached = os.path.join(os.environ.get("FLANNEL_CACHE", "/var/cache/flannel-charm"),
-                          "jujuc", key, "jujuc")
-    if not os.path.isfile(cached):
-        os.makedirs(os.path.dirname(cached), exist_ok=True)
-        tmp = f"{cached}.{os.getpid()}.{threading.get_ident()}"
-        _compile(tmp)
-        os.replace(tmp, cached)
-    shutil.copy2(cached, dest)
-
-
-def _compile(dest: str) -> None:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise RuntimeError("the sandbox's hook tools need a C compiler (gcc: scripts/setup-host)")
-    cp = subprocess.run([cc, "-O2", "-s", "-static", "-Wall", "-Werror", "-o", dest, CLIENT_SOURCE],
-                        capture_output=True, text=True)
-    if cp.returncode != 0:
-        # -static needs libc.a (libc6-dev); a dynamic binary works as well here
-        cp = subprocess.run([cc, "-O2", "-s", "-Wall", "-Werror", "-o", dest, CLIENT_SOURCE],
-                            capture_output=True, text=True)
-    if cp.returncode != 0:
-        raise RuntimeError(f"compiling {CLIENT_SOURCE} failed:\n{cp.stderr[-2000:]}")
-
-
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    chunks, got = [], 0
-    while got < n:
-        chunk = sock.recv(min(n - got, 1 << 16))
-        if not chunk:
-            raise ConnectionError("the client went away mid-request")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def parse_request(body: bytes) -> tuple[list[str], dict[str, str]]:
-    """(argv, environment) from a request body."""
-    (argc,) = struct.unpack_from("=I", body)
-    fields = body[4:].split(b"\0")
-    if fields and fields[-1] == b"":
-        fields.pop()
-    if len(fields) < argc:
-        raise ValueError("request holds fewer arguments than it says")
-    text = [f.decode("utf-8", "surrogateescape") for f in fields]
-    argv, env = text[:argc], {}
-    for entry in text[argc:]:
-        key, eq, value = entry.partition("=")
-        if eq:
-            env[key] = value
-    return argv, env
 
 
 class CallStats:
@@ -116,20 +53,11 @@ class _Handler(socketserver.BaseRequestHandler):
         sock: socket.socket = self.request
         fds: list[int] = []
         try:
-            header, fds, _, _ = socket.recv_fds(sock, 8, 3, socket.MSG_CMSG_CLOEXEC)
-            if len(header) < 8:
-                header += _read_exactly(sock, 8 - len(header))
-            if header[:4] != MAGIC or len(fds) != 3:
-                return
-            (length,) = struct.unpack("=I", header[4:])
-            if length > MAX_REQUEST:
-                return
-            argv, env = parse_request(_read_exactly(sock, length))
-            pid = struct.unpack("3i", sock.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-            rc = self._run(argv, env, fds, pid)
+            request = forwarding.read_request(sock)
+            fds = request.fds
+            rc = self._run(request.argv, request.env, fds, request.pid)
             fds = []  # the streams closed them
-            sock.sendall(struct.pack("=i", rc))
+            forwarding.answer(sock, rc)
         except (OSError, ValueError, struct.error):
             pass
         finally:

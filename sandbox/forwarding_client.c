@@ -1,11 +1,17 @@
-/* jujuc: the sandbox's hook tools client.
+/* The sandbox's forwarding client: a command that runs in a server.
  *
- * As Juju's own jujuc, every hook tool (relation-get, status-set, ...) is
- * this one small program under the tool's name; it hands its command line,
- * environment and standard streams to the unit agent over a Unix socket
- * ($JUJU_AGENT_SOCKET_ADDRESS) and exits with the code the agent answers.
- * The agent (sandbox/juju/agent_socket.py) runs the tool in its own process
- * (sandbox/juju/hooktools.py), writing straight to the streams passed here.
+ * Built twice (sandbox/forwarding.py):
+ * - jujuc, the hook tools client: as Juju's own jujuc, every hook tool
+ *   (relation-get, status-set, ...) is this one small program under the
+ *   tool's name; it hands its command line, environment and standard streams
+ *   to the unit agent over a Unix socket ($JUJU_AGENT_SOCKET_ADDRESS) and
+ *   exits with the code the agent answers (sandbox/juju/agent_socket.py).
+ * - the machines' systemctl (-DSERVER_SOCKET=path -DFALLBACK=program): the
+ *   same request to the machine's systemctl server (sandbox/systemctl.py
+ *   serve()), a process that has systemctl3 loaded and forks for each call,
+ *   as systemctl asks systemd over D-Bus; where the server cannot be reached
+ *   (not started yet, or gone with a reboot) it execs FALLBACK, the Python
+ *   systemctl itself, with its own arguments.
  *
  * Request: "JUJC", u32 length, then that many bytes: u32 argc, argc
  * NUL-terminated arguments, then NUL-terminated NAME=VALUE environment
@@ -102,10 +108,22 @@ out:;
     return fd;
 }
 
+#ifdef FALLBACK
+/* No server: run the command here. */
+static int fall_back(char **argv) {
+    execv(FALLBACK, argv);
+    return fail("cannot run " FALLBACK, strerror(errno));
+}
+#endif
+
 int main(int argc, char **argv) {
+#ifdef SERVER_SOCKET
+    const char *address = SERVER_SOCKET;
+#else
     const char *address = getenv("JUJU_AGENT_SOCKET_ADDRESS");
     if (!address || !*address)
         return fail("JUJU_AGENT_SOCKET_ADDRESS is not set", "not running inside a sandbox hook");
+#endif
 
     /* A closed standard stream cannot be passed: stand /dev/null in. */
     for (int i = 0; i < 3; i++)
@@ -125,6 +143,10 @@ int main(int argc, char **argv) {
             return fail("out of memory", "request");
 
     int sock = connect_agent(address);
+#ifdef FALLBACK
+    if (sock < 0)
+        return fall_back(argv);
+#endif
     if (sock < 0) {
         char what[4200];
         snprintf(what, sizeof what, "cannot reach the unit agent at %s", address);
