@@ -272,34 +272,31 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
         say("-- hook tool calls")
         results.put("hook tools", "per call", tool_call_cost(ctl, flannel_unit))
 
-        say("-- the re-add cycle, flannel")
-        phases: dict = {}
-        with timed(phases, "remove-relation", machines):
-            ctl.remove_relation(*CNI_RELATION)
-            cluster.settle()
-        with timed(phases, "add-relation (hooks)", machines):
-            ctl.add_relation(*CNI_RELATION)
-            cluster.settle()
-        with timed(phases, "until every unit is active", machines):
-            wait_active(cluster, "flannel")
-        with timed(phases, "a new pod addressed", machines):
-            pod = cluster.start_pod("m1")
-            if not pod.address:
-                raise RuntimeError("the new pod got no address")
-        results.put("re-add", "flannel", phases)
-        say("-- the re-add cycle, bare")
-        bare_phases: dict = {}
-        with timed(bare_phases, "remove-relation", machines):
-            ctl.remove_relation(*BARE_CNI_RELATION)
-            cluster.settle()
-        with timed(bare_phases, "add-relation (hooks)", machines):
-            ctl.add_relation(*BARE_CNI_RELATION)
-            cluster.settle()
-        with timed(bare_phases, "until every unit is active", machines):
-            wait_active(cluster, BARE)
-        results.put("re-add", "bare", bare_phases)
+        for app, relation in (("flannel", CNI_RELATION), (BARE, BARE_CNI_RELATION)):
+            say(f"-- the re-add cycle, {app}")
+            results.put("re-add", app, readd_phases(cluster, app, relation, machines,
+                                                    pod=app == "flannel"))
         results.put("re-add", "flanneld start-to-lease", flanneld_start_to_lease(m1))
         wait_active(cluster, "flannel")
+
+
+def readd_phases(cluster, app: str, relation: tuple, machines, pod: bool) -> dict:
+    """The re-add cycle of `app`'s cni relation, timed by phase; with `pod`,
+    until a new pod on m1 has an address."""
+    ctl, phases = cluster.controller, {}
+    with timed(phases, "remove-relation", machines):
+        ctl.remove_relation(*relation)
+        cluster.settle()
+    with timed(phases, "add-relation (hooks)", machines):
+        ctl.add_relation(*relation)
+        cluster.settle()
+    with timed(phases, "until every unit is active", machines):
+        wait_active(cluster, app)
+    if pod:
+        with timed(phases, "a new pod addressed", machines):
+            if not cluster.start_pod("m1").address:
+                raise RuntimeError("the new pod got no address")
+    return phases
 
 
 def _unit_on(cluster, app: str, machine: str) -> str:

@@ -123,6 +123,16 @@ def netns_pids(netns: str) -> list[int]:
     return pids_in_namespaces({ns}, kinds=("net",)) if ns else []
 
 
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs: a zombie waiting for its reaper counts as gone.
+    (sandbox/systemctl.py has its own: it runs inside machines, alone.)"""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def kill_pids(find, timeout: float = 5.0) -> None:
     """SIGTERM what `find()` returns, then SIGKILL whatever is left after
     `timeout` seconds; returns once `find()` is empty (or gives up after a

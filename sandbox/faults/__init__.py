@@ -1,5 +1,5 @@
 """The fault matrix (issue 11): `python -m sandbox faults` and
-tests/functional/test_f11_faults.py play the same registered rows.
+tests/functional/test_fault_matrix.py play the same registered rows.
 
 core: the bench, the row registry and the checks; the area modules hold the
 rows: etcd_faults (etcd away, wiped, re-keyed), hook_faults (hooks killed,

@@ -24,7 +24,7 @@ MISSING_PLUGIN = re.compile(r'failed to find plugin "([^"]+)" in path \[/opt/cni
 
 Plugins = dict[str, Optional[bytes]]
 
-# sandbox.faults.Outcome of every fault row played (test_f11_faults), for the
+# sandbox.faults.Outcome of every fault row played (test_fault_matrix), for the
 # fault table conftest prints in the session summary.
 FAULT_OUTCOMES: list = []
 

@@ -20,6 +20,7 @@ from sandbox.cri import (BUSYBOX, BUSYBOX_IMAGE, CGROUP_PARENT, PAUSE_IMAGE, Cri
 from sandbox.machine import Machine
 from sandbox.pod import PodFailed
 from sandbox.resource import CRICTL_VERSION, crictl_path
+from sandbox.network import process_alive
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.gobuild]
 
@@ -86,13 +87,6 @@ def _bridge_machine(machine: Machine) -> None:
     machine.write_file("/etc/cni/net.d/10-sbnet.conflist", json.dumps(BRIDGE_CONFLIST))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def test_cri_pods_get_addresses_ping_and_release_them_and_destroy_leaves_nothing(
         have_runtime, test_network):
     machine = Machine("m1", test_network).start()
@@ -119,12 +113,12 @@ def test_cri_pods_get_addresses_ping_and_release_them_and_destroy_leaves_nothing
         assert runtime.crictl("pods", "-q").stdout.split() == [p2.pod_id]
 
         pids = [runtime.process.pid, *runtime.shim_pids(), p2.pause_pid]
-        assert all(_alive(p) for p in pids)
+        assert all(process_alive(p) for p in pids)
         memory = runtime.memory_kib()
         assert memory["containerd"] > 0 and memory["shims"] > 0
     finally:
         machine.destroy()
-    assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+    assert not any(process_alive(p) for p in pids), [p for p in pids if process_alive(p)]
     assert not Path(f"/sys/fs/cgroup/pids/{CGROUP_PARENT}/{machine.netns}").exists()
     assert not machine.state_dir.exists()
     assert cri_leftovers() == []
@@ -140,9 +134,9 @@ def test_a_reboot_kills_containerd_its_shims_and_containers(have_runtime, test_n
         runtime = runtime_for(machine)
         pod = CriPod.create(machine, "p1")
         pids = [runtime.process.pid, *runtime.shim_pids(), pod.pause_pid]
-        assert all(_alive(p) for p in pids)
+        assert all(process_alive(p) for p in pids)
         machine.reboot()
-        assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+        assert not any(process_alive(p) for p in pids), [p for p in pids if process_alive(p)]
         assert not runtime.running
         assert not Path(f"/sys/fs/cgroup/pids/{CGROUP_PARENT}/{machine.netns}").exists()
         again = CriPod.create(machine, "p2")

@@ -9,7 +9,7 @@ import pytest
 
 from sandbox.machine import Machine
 from sandbox.waiting import wait_for
-from sandbox.network import list_netns, run, state_root
+from sandbox.network import list_netns, process_alive, run, state_root
 
 pytestmark = pytest.mark.sandbox
 
@@ -25,15 +25,6 @@ WantedBy=multi-user.target
 PRIVATE = ["/opt/cni/bin/x", "/etc/cni/net.d/x", "/run/flannel/x", "/var/lib/cni/x",
            "/lib/systemd/system/x", "/etc/systemd/system/x", "/usr/local/bin/x",
            "/etc/ssl/flannel/x", "/var/lib/juju/x", "/etc/nagios/x"]
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for init to reap it does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture
@@ -104,7 +95,7 @@ def test_systemctl_runs_units_inside_the_machine(machines):
     assert m1.exists("/etc/systemd/system/multi-user.target.wants/sleeper.service")
     assert m1.systemctl("restart", "sleeper").returncode == 0
     (pid2,) = sleeps(m1, 1, other_than={pid})
-    assert pid2 != pid and not alive(pid)
+    assert pid2 != pid and not process_alive(pid)
     assert m1.systemctl("stop", "sleeper").returncode == 0
     assert m1.pids_of("sleep") == []
     assert m1.systemctl("is-active", "sleeper").stdout.strip() != "active"
@@ -157,7 +148,7 @@ def test_destroy_kills_everything_and_cleans_up(test_network):
     m.destroy()
     destroyed = uptime_ticks()
     background.wait(timeout=5)
-    assert not [p for p in pids if alive(p)]
+    assert not [p for p in pids if process_alive(p)]
     assert not [n for n in list_netns() if n.startswith(m.netns) or n.startswith(m.pod_prefix)]
     assert not m.state_dir.exists()
     # No process is left in the machine's mount namespace. (A namespace made
@@ -201,7 +192,7 @@ def test_reboot_empties_run_kills_everything_and_keeps_the_disks(machines):
     gone = m1.reboot()
 
     assert f"pod namespace {pod_ns}" in gone and pod_ns not in list_netns()
-    assert not any(alive(p) for p in before) and stray.wait(timeout=10) == -9
+    assert not any(process_alive(p) for p in before) and stray.wait(timeout=10) == -9
     assert m1.links() == ["lo", "eth0"]
     routes = m1.run(["ip", "route", "show"]).stdout
     assert "10.1.9.0" not in routes and "172.31.254.0/24" in routes

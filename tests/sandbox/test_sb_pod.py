@@ -12,7 +12,7 @@ import tarfile
 import pytest
 
 from sandbox.machine import Machine
-from sandbox.network import list_netns, run, state_root
+from sandbox.network import list_netns, process_alive, run, state_root
 from sandbox.pod import Pod, PodFailed
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.gobuild]
@@ -51,15 +51,6 @@ req = urllib.request.Request(url + "/v3/kv/put", data=body, method="POST")
 with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
     print(r.read().decode())
 """
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for init to reap it does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def write_conflist(machine: Machine) -> None:
@@ -163,7 +154,7 @@ def test_pod_to_pod_across_vxlan(test_network, etcd, resource_tarball):
         assert m1.pids_of("flanneld") == []
         flanneld_m2 = m2.pids_of("flanneld")
     # Torn down: no flanneld, no namespace of the machines or pods, no mounts.
-    assert flanneld_m2 and not [p for p in flanneld_m2 if alive(p)]
+    assert flanneld_m2 and not [p for p in flanneld_m2 if process_alive(p)]
     left = [n for n in list_netns() if n.startswith(net.prefix)]
     assert sorted(left) == sorted([net.switch, net.netns_for("etcd")])
     assert str(state_root()) not in open("/proc/self/mountinfo").read()

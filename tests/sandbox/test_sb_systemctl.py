@@ -1,5 +1,5 @@
 """The machines' systemctl holds to systemd 252: what it refuses, Restart=,
-and no clock waits (issue 8 item 3, issue 9's stop-hook figure)."""
+and no clock waits."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Juju 3.x hook semantics the sandbox plays (issue 8 item 2) and hooks of
-units on different machines running at once (issue 9 goal 4)."""
+"""Juju 3.x hook semantics the sandbox plays and hooks of
+units on different machines running at once."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """controller.kill_hook_after(): a hook SIGKILLed mid-run, as a machine dying
-under it would leave it (issue 11, row 4)."""
+under it would leave it."""
 
 from __future__ import annotations
 
@@ -8,20 +8,12 @@ import os
 import pytest
 
 from sandbox.juju import ModelError
+from sandbox.network import process_alive
 from sandbox.waiting import wait_for
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _wait_dead(pid: int, timeout: float = 30.0) -> bool:
-    return bool(wait_for(lambda: not _alive(pid), timeout, interval=0.02))
+    return bool(wait_for(lambda: not process_alive(pid), timeout, interval=0.02))
 
 
 def test_a_killed_hook_fails_and_resolve_reruns_it(cluster):
@@ -49,7 +41,7 @@ def test_a_killed_hook_fails_and_resolve_reruns_it(cluster):
     # the whole process group died with it; the daemon in its own session did not
     child, daemon = int(cluster.read_out("child")), int(cluster.read_out("daemon"))
     assert _wait_dead(child), "the hook's child outlived the kill"
-    assert _alive(daemon)
+    assert process_alive(daemon)
     os.kill(daemon, 9)
     # a failed hook, as `juju status` shows it
     unit = ctl.unit("flannel/0")

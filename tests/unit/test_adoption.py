@@ -1,4 +1,4 @@
-"""Adoption of the old charm's files (issue 7 item 3), on real files laid out
+"""Adoption of the old charm's files, on real files laid out
 as charm-flannel leaves a unit at the seed's revision (f79f180) and at HEAD
 (a69755c)."""
 import json

@@ -1,4 +1,4 @@
-"""The CNI chain check behind the status (item 11 of issue 8): real files in
+"""The CNI chain check behind the status: real files in
 a real directory, as the principal and the charm leave them.
 
 On main there was no such check (ImportError: charms.flannel.cni), and the

@@ -234,7 +234,7 @@ def test_network_shape_reads_what_flanneld_reads():
     assert network_shape({"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}})[2] is None
 
 
-# -- the interface flanneld uses (item 10 of issue 8) ---------------------------
+# -- the interface flanneld uses ---------------------------
 # On main the charm took the first bind address whatever it was (a fan-*
 # bridge included) and had no binding_interface
 # (AttributeError), so a missing `iface` stopped flanneld for nothing.

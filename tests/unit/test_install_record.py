@@ -317,7 +317,7 @@ def test_relative_paths_are_refused(record):
 
 
 def test_a_file_someone_put_over_ours_is_kept_by_the_next_install_and_restored(record, bin_dir):
-    """Issue 7 item 6: a principal re-extracts its own `flannel` over the
+    """A principal re-extracts its own `flannel` over the
     charm's; the charm's next install must keep the principal's file as the
     original and stop must put it back. On the old main it failed with
     `assert [] == [.../opt/cni/bin/flannel]`: the principal's file was
@@ -401,7 +401,7 @@ def test_holds_says_whether_the_file_is_still_what_the_charm_wrote(record, bin_d
     assert record.holds(target) is False          # gone
 
 
-# -- a damaged record (issue 11, row 6) ------------------------------------------------
+# -- a damaged record ------------------------------------------------
 
 def test_a_truncated_record_is_damaged_not_empty(record, record_dir, bin_dir):
     """A record cut short proves nothing: it is not read as "the charm owns
@@ -455,7 +455,7 @@ def test_out_of_space_names_the_file_and_its_size():
     assert out_of_space(OSError(errno.EACCES, "denied"), "/x", 10) is None
 
 
-# -- a write that died (issue 11, row 4: hooks SIGKILLed) -----------------------------------
+# -- a write that died (a hook SIGKILLed) -----------------------------------
 # A child process writes through the record under RLIMIT_FSIZE: with SIGXFSZ at
 # its default action the kernel kills it mid-write (as a SIGKILL would: no
 # cleanup runs); with SIGXFSZ ignored the write fails (EFBIG) after the record

@@ -10,7 +10,8 @@ import requests
 
 from charms.flannel.network import (DEFAULT_PREFIX, EtcdClientSettings, EtcdUnavailable,
                                     NetworkStore, backend_change_pending, check_backend_change,
-                                    ensure_network_config, network_config, shared_service_cidr)
+                                    ensure_network_config, give_lease_back, network_config,
+                                    shared_service_cidr, write_network)
 from charms.flannel.options import InvalidOption, parse_options
 
 
@@ -223,6 +224,23 @@ def test_release_lease_deletes_only_that_lease(etcd, settings, prefix):
     assert store.release_lease("10.1.52.0/24") is True
     assert [item["Subnet"] for item in store.leases()] == ["10.1.53.0/24"]
     assert store.release_lease("10.1.52.0/24") is False  # already gone: no error
+
+
+def test_a_lease_is_given_back_only_by_the_node_that_holds_it(etcd, settings, prefix):
+    """A node whose lease expired while it was away (flanneld stopped over a
+    day) and was taken by another node since must not delete that node's
+    lease when it restarts on a new address: the other node's pods would
+    lose their routes everywhere."""
+    client = raw_client(etcd)
+    client.put(f"{prefix}/subnets/10.1.52.0-24", json.dumps({"PublicIP": "192.0.2.20"}))
+    store = NetworkStore(settings, prefix)
+    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.10"}) is False
+    assert [item["Subnet"] for item in store.leases()] == ["10.1.52.0/24"]
+    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.10", "192.0.2.20"}) is True
+    assert store.leases() == []
+    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.20"}) is False  # gone
+    client.put(f"{prefix}/subnets/10.1.53.0-24", "{}")
+    assert give_lease_back(store, "10.1.53.0/24") is True   # no owner check asked for
 
 
 def test_a_backend_change_goes_through_once_every_node_released_its_lease(etcd, settings,
@@ -463,3 +481,19 @@ def test_the_control_planes_service_cidr_reaches_the_workers_units(settings, pre
     with NetworkStore(settings, prefix) as control_plane:   # a new service-cidr replaces it
         shared_service_cidr(control_plane, "10.152.0.0/16")
         assert control_plane.read_service_cidr() == "10.152.0.0/16"
+
+
+def test_a_worker_unit_refuses_a_cidr_over_the_recorded_service_cidr_and_writes_nothing(
+        settings, prefix):
+    """`juju config flannel cidr=10.152.0.0/16` on a cluster whose services
+    live in 10.152.183.0/24: every unit is blocked naming the option, and
+    etcd keeps no network over the services (kube-proxy's routes would
+    swallow pod traffic)."""
+    with NetworkStore(settings, prefix) as control_plane:
+        write_network(control_plane, options(), "10.152.183.0/24")
+    with NetworkStore(settings, prefix) as worker:
+        with pytest.raises(InvalidOption) as refused:
+            write_network(worker, options(cidr="10.152.0.0/16"), None)
+        assert refused.value.option == "cidr" and "10.152.183.0/24" in refused.value.reason
+        assert worker.read_config()["Network"] == "10.1.0.0/16"   # what was there stays
+        assert write_network(worker, options(cidr="10.2.0.0/16"), None) is True

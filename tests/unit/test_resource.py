@@ -3,11 +3,14 @@ blocked status, naming the resource and the problem."""
 import gzip
 import io
 import os
+import subprocess
 import tarfile
 
 import pytest
 
-from charms.flannel.resource import ResourceProblem, read_resource, resource_name
+from charms.flannel.install_record import InstallRecord
+from charms.flannel.resource import (ResourceProblem, install_members, read_resource,
+                                     resource_name)
 
 NAME = "flannel-amd64"
 FLANNELD = b"\x7fELF flanneld " + os.urandom(64 * 1024)
@@ -152,3 +155,33 @@ def test_other_architectures_have_no_resource(machine):
     assert caught.value.message == (
         f"Unsupported architecture {machine or 'unknown'}: "
         "flannel resources exist for amd64, arm64, s390x")
+
+
+# -- installing the members -------------------------------------------------------
+
+def test_the_members_are_installed_executable_through_the_record(tmp_path):
+    record = InstallRecord(tmp_path / "record")
+    targets = ((tmp_path / "bin" / "flanneld", "flanneld"),
+               (tmp_path / "cni" / "flannel", "cni-plugin/flannel"))
+    assert install_members(record, {"flanneld": FLANNELD, "cni-plugin/flannel": PLUGIN},
+                           targets) is None
+    for path, member in targets:
+        assert record.holds(path) and path.stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
+def test_a_full_disk_is_a_blocked_message_naming_the_file(tmp_path):
+    """The operator sees which file did not fit and how big it is, and the
+    hook does not fail (any later hook installs once there is room)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
+    try:
+        record = InstallRecord(tmp_path / "record")
+        targets = ((small / "flanneld", "flanneld"), (small / "flannel", "cni-plugin/flannel"))
+        full = install_members(record, {"flanneld": b"x" * 1_000_000, "cni-plugin/flannel": PLUGIN},
+                               targets)
+        assert full == f"Cannot install {small}/flanneld (1.0 MB): No space left on device"
+        assert not (small / "flannel").exists()
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from .adoption import HOST_LOCAL_TABLES, is_address
+from .daemon import network_shape
+from .subnet import read_lease
 
 CHAIN_PREFIX = "FLANNEL-"
 # the bridge whose routes and addresses belong to the pods still running
@@ -49,6 +51,20 @@ class ServedNetwork:
     length of its subnets, and the CNI network name (host-local's table)."""
     networks: tuple = ()          # ((IPv4Network, subnet_len), ...)
     cni_network_name: str = ""
+
+
+def pod_networks(confirmed: Optional[dict], subnet_env: Path) -> tuple:
+    """The pod networks flanneld served here, each with its subnets' prefix
+    length: the one etcd confirmed, and the one its subnet.env names (they
+    differ mid-change)."""
+    networks = {}
+    if confirmed and confirmed.get("Network"):
+        network, subnet_len, _ = network_shape(confirmed)
+        networks[network] = subnet_len
+    env = read_lease(subnet_env)
+    if env is not None:
+        networks.setdefault(ipaddress.ip_network(env.network), env.subnet.network.prefixlen)
+    return tuple(sorted(networks.items(), key=str))
 
 
 def run_command(argv: list) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -21,6 +21,7 @@ from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
 from .etcd_probe import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, describe_text,
                          ordered, parse_endpoints)
+from .host_network import cidr_conflict
 from .options import InvalidOption, NetworkOptions, network_config
 
 # Re-exported: network_config's home is options.py, EtcdUnavailable's and
@@ -89,6 +90,20 @@ def ensure_network_config(store: NetworkStore, options: NetworkOptions,
     raise _kept_changing(attempts)
 
 
+def write_network(store: NetworkStore, options: NetworkOptions,
+                  published_service_cidr: str | None) -> bool:
+    """configure_network's write: the cidr checked against the cluster's
+    service-cidr (etcd's record of it, or the one the principal publishes,
+    which is recorded), then ensure_network_config; True if this call wrote
+    it. Raises InvalidOption (blocked, before anything is written) or
+    EtcdUnavailable (waiting)."""
+    over_services = cidr_conflict(options.cidr, (),
+                                  shared_service_cidr(store, published_service_cidr))
+    if over_services:
+        raise over_services
+    return ensure_network_config(store, options)
+
+
 def shared_service_cidr(store: NetworkStore, published: str | None) -> str | None:
     """The service-cidr every unit checks the pod network against. Only the
     control plane publishes it, to its own flannel unit: that unit records
@@ -100,6 +115,21 @@ def shared_service_cidr(store: NetworkStore, published: str | None) -> str | Non
         store.record_service_cidr(published)
         return published
     return store.read_service_cidr()
+
+
+def give_lease_back(store: NetworkStore, subnet: str, *,
+                    held_by: Collection[str] | None = None) -> bool:
+    """Delete the lease of `subnet` ("10.1.52.0/24"); True if it was there.
+
+    With `held_by` (the machine's addresses), only if the lease's PublicIP is
+    one of them: a lease that expired and was leased by another node since
+    is not this node's to give back.
+    """
+    if held_by is not None:
+        held = [lease for lease in store.leases() if lease.get("Subnet") == subnet]
+        if not held or held[0].get("PublicIP") not in held_by:
+            return False
+    return store.release_lease(subnet)
 
 
 def _kept_changing(attempts: int) -> EtcdUnavailable:

@@ -79,6 +79,26 @@ def read_resource(path: str | os.PathLike[str] | None, name: str) -> dict[str, b
         raise ResourceProblem(f"Resource {name} is corrupt ({error}): attach it again") from None
 
 
+def install_members(record, members: dict[str, bytes], targets=None) -> str | None:
+    """Put flanneld and the CNI plugin where they run (0755; `targets`:
+    (path, member) pairs, paths.FLANNELD and paths.CNI_PLUGIN by default),
+    through the install record; None, or the blocked message of a full disk
+    (the operator's to fix: any later hook installs once there is room).
+    Other write errors raise."""
+    from . import paths
+    from .install_record import out_of_space
+    for path, member in targets or ((paths.FLANNELD, "flanneld"),
+                                    (paths.CNI_PLUGIN, "cni-plugin/flannel")):
+        try:
+            record.install(path, members[member], 0o755)
+        except OSError as error:
+            full = out_of_space(error, path, len(members[member]))
+            if full is None:
+                raise
+            return full
+    return None
+
+
 def _member_name(raw: str) -> str:
     # Tarballs made with `tar -C dir .` name members "./flanneld".
     while raw.startswith("./"):

@@ -1,5 +1,5 @@
-"""The charm against what its peers and the machine really do (issue 8,
-items 6-11): one machine, one deploy, one scenario per test in
+"""The charm against what its peers and the machine really do: one
+machine, one deploy, one scenario per test in
 order, each a user's action and what `juju status`, the principal, etcd and
 the machine show after it.
 
@@ -11,7 +11,7 @@ import json
 
 import pytest
 from functional_kit import deploy_and_wait
-from test_f8_nrpe_and_series_upgrade import CHECK_FILE, NrpeApp
+from test_nrpe_check_and_series_upgrade import CHECK_FILE, NrpeApp
 
 from sandbox.cluster import CNI_RELATION, NETWORK_PREFIX
 
@@ -155,7 +155,7 @@ def test_a_refused_backend_change_keeps_the_network_and_its_way_out_works(cluste
     """Item 6: during a refused change the principal keeps the network its
     pods use. On main the principal was told cidr 10.2.0.0/16 (the option)
     while etcd, flanneld and every pod stayed on 10.1.0.0/16; the refusal's
-    message (item 7) named no way out that works, which failed there too.
+    message named no way out that works, which failed there too.
     Item 7: the way out works. On main the stopped unit's lease stayed in
     etcd (24 h TTL, flanneld does not revoke it), so after remove/add the
     units stayed blocked on "1 node holds a lease" for a day (this failed

@@ -1,4 +1,4 @@
-"""flanneld's interface on a fan-enabled model (issue 8 item 10).
+"""flanneld's interface on a fan-enabled model.
 
 On a model with Juju's fan networking, `network-get cni` lists a `fan-*`
 bridge among the binding's addresses, possibly first. flannel's vxlan cannot

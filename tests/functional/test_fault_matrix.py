@@ -1,4 +1,4 @@
-"""The fault matrix (issue 11): every row of sandbox.faults, each on a fresh
+"""The fault matrix: every row of sandbox.faults, each on a fresh
 two-machine cluster with pods (the same rows `python -m sandbox faults`
 plays). A row passes when the unit came back by itself, no worker file was
 lost, the install record matches the disk and the pods still talk; the

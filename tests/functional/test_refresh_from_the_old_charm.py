@@ -1,4 +1,4 @@
-"""Refresh in place from the previous flannel charm (issue 7), for both
+"""Refresh in place from the previous flannel charm, for both
 revisions operators run: charm-flannel at the seed's revision (f79f180) and
 at HEAD (a69755c).
 
@@ -143,9 +143,9 @@ def test_the_stand_in_leaves_the_old_charms_end_state(refresh):
 
 
 def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
-    """Issue 7 item 2. On the old main this failed with
-    `assert 'cbr0' == 'CDK-flannel-network'`: the refresh renamed the CNI
-    network, so new pods were allocated from an empty host-local table
+    """New pods after a refresh use the running pods' allocation table. On
+    the old main this failed with `assert 'cbr0' == 'CDK-flannel-network'`:
+    the refresh renamed the CNI network, so new pods were allocated from an empty host-local table
     (/var/lib/cni/networks/cbr0) beside the running pods' one."""
     assert refresh.failed_hooks() == [], refresh.failed_hooks()
     for unit in refresh.flannel_units():
@@ -181,7 +181,8 @@ def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
 
 
 def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
-    """Issue 7 item 3. On the old main this failed with `assert 493 == 448`:
+    """The old charm's files become this charm's, its flags go. On the old
+    main this failed with `assert 493 == 448`:
     /etc/ssl/flannel stayed 0755 (and the old flags stayed in the state DB,
     the old charm's files were kept as "originals" to put back)."""
     for m in MACHINES:
@@ -213,7 +214,8 @@ def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
 
 
 def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
-    """Issue 7 item 4 (first half). On the old main this failed with the
+    """Removing flannel after a refresh removes the old charm's files too.
+    On the old main this failed with the
     leftovers ['/usr/local/bin/flanneld', '/usr/local/bin/etcdctl',
     '/lib/systemd/system/flannel.service', '/etc/cni/net.d/10-flannel.conflist',
     '/etc/ssl/flannel/client-{ca,cert,key}.pem', '/etc/ssl/flannel']: the
@@ -241,7 +243,7 @@ def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
 
 def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
         refresh, built_charm, resource, tmp_path):
-    """Issue 7 item 4 (second half): a newer build with the same flanneld
+    """A newer build with the same flanneld
     leaves flanneld running; a new flanneld restarts it. On the old main,
     after the steps before it, this failed with `a new pod on m1 got no
     address: ... open /run/flannel/subnet.env: no such file or directory`."""
@@ -257,7 +259,7 @@ def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
     # every echo answered (a reply a loaded host delays still counts)
     assert during.answered and during.lost == 0, during
     restamped = repack_resource(resource, tmp_path / "restamped",
-                                flanneld_suffix=b"\0restamped by test_f9\n")
+                                flanneld_suffix=b"\0restamped by the refresh test\n")
     refresh.upgrade_flannel(restamped, charm_dir=newer)
     for m in MACHINES:
         assert refresh.machines[m].read_file("/usr/local/bin/flanneld") == \
@@ -268,7 +270,7 @@ def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
 
 
 def test_a_worker_flannel_extracted_over_ours_is_put_back_on_remove(refresh, resource):
-    """Issue 7 item 6: the worker re-extracts its own flannel over this
+    """The worker re-extracts its own flannel over this
     charm's; the next install keeps it and stop puts it back. On the old main,
     after the steps before it, this failed with "m1: the charm's plugin is not
     in place"; the rule itself is proven failing on the old main by

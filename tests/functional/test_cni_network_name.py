@@ -1,4 +1,4 @@
-"""The CNI network name (issue 7 item 5): CDK-flannel-network on a fresh
+"""The CNI network name: CDK-flannel-network on a fresh
 deploy, as the old charm named it, so every cluster has one host-local
 allocation table whatever its history; a unit whose conflist already uses
 another name keeps it across a refresh."""

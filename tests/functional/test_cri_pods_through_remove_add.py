@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("f9_cri_scenario")
 
 NET_D = "/etc/cni/net.d"
 # The charm's CNI network name: the old charm's, so host-local keeps one
-# allocation table whatever a cluster's history (issue 7).
+# allocation table whatever a cluster's history.
 NETWORK = "CDK-flannel-network"
 CONFLIST = f"{NET_D}/10-flannel.conflist"
 # The old charm's conflist as it sits on units (network name CDK-flannel-network).
@@ -215,7 +215,6 @@ def test_cri_pods_before_during_and_after_remove_add(cluster):
     assert new["m1"].ping(new["m2"].address) and new["m2"].ping(first["m1"].address)
     assert first["m1"].ping(first["m2"].address), "old pods lost each other for good"
     assert first["m2"].ping(new["m1"].address)
-    assert across.answered > 0, str(across)
 
     # Removal through the runtime releases the address (CNI DEL, host-local).
     old = first["m1"].address

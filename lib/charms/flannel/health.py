@@ -1,0 +1,59 @@
+"""update-status's look at etcd: what an idle hook must act on.
+
+One TLS connection (etcd_probe, the standard library only): is etcd there,
+does it still hold the network config, and this node's lease? flanneld
+notices neither a rebuilt etcd nor a lost lease by itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from . import etcd_probe
+from .credentials import ClientFiles
+from .daemon import network_shape
+from .subnet import read_lease
+
+
+@dataclass(frozen=True)
+class EtcdHealth:
+    # etcd is away (EtcdUnavailable's reason): a waiting status naming it;
+    # flanneld runs on, on its lease
+    problem: Optional[str] = None
+    answered: Optional[str] = None    # the endpoint that answered
+    # etcd holds no network config (rebuilt empty): write it again
+    config_missing: bool = False
+    # this node's subnet ("10.1.52.0/24") whose lease etcd no longer holds:
+    # restart flanneld, which leases it again
+    lost_lease: Optional[str] = None
+
+
+def own_lease(subnet_env: Path, confirmed: Optional[dict]) -> Optional[str]:
+    """The subnet subnet.env says flanneld leased, if it belongs to the
+    network etcd confirmed (a subnet.env of another network is being
+    re-leased: not this node's lease any more)."""
+    env = read_lease(subnet_env)
+    if env is None or not confirmed:
+        return None
+    network, subnet_len, _ = network_shape(confirmed)
+    if env.subnet.network.subnet_of(network) and env.subnet.network.prefixlen == subnet_len:
+        return str(env.subnet.network)
+    return None
+
+
+def look_at_etcd(connection_string: str, files: ClientFiles, confirmed: Optional[dict],
+                 subnet_env: Path, preferred: Optional[str] = None, *,
+                 prefix: str = etcd_probe.DEFAULT_PREFIX, timeout: float = 3.0) -> EtcdHealth:
+    """What etcd says of this node, through the endpoint that answered last
+    (`preferred`) first. Never raises for etcd being away or refusing."""
+    lease_of = own_lease(subnet_env, confirmed)
+    try:
+        view = etcd_probe.look(etcd_probe.parse_endpoints(connection_string),
+                               str(files.ca_file), str(files.cert_file), str(files.key_file),
+                               prefix=prefix, lease_of=lease_of, preferred=preferred,
+                               timeout=timeout)
+    except etcd_probe.EtcdUnavailable as unavailable:
+        return EtcdHealth(problem=unavailable.reason)
+    return EtcdHealth(answered=view.endpoint, config_missing=view.config is None,
+                      lost_lease=lease_of if view.lease is False else None)

@@ -1,0 +1,72 @@
+"""flannel.service: its unit file loaded by systemd, and flanneld (re)started
+when what it reads changed, and only then.
+
+    load_unit_file(record, state, systemd)
+    restart_if_changed(record, state, systemd, confirmed=..., iface=..., ...)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import daemon, paths
+from .credentials import ClientFiles
+from .install_record import InstallRecord
+from .systemd import Systemd
+from .unit_state import UnitState
+
+SERVICE = paths.SERVICE_NAME
+Log = Callable[[str], None]
+
+
+def load_unit_file(record: InstallRecord, state: UnitState, systemd: Systemd) -> bool:
+    """daemon-reload and enable, if systemd has not loaded the unit file on
+    disk yet; True if it did now. Keyed on what systemd last loaded, not on
+    this hook having written the file: a hook that died in between reloads
+    on retry. Raises CalledProcessError if the reload failed."""
+    loaded = record.checksum(paths.SERVICE_FILE)
+    if state.unit_file_loaded == loaded:
+        return False
+    systemd.daemon_reload()
+    systemd.do("enable", SERVICE)
+    state.unit_file_loaded = loaded
+    return True
+
+
+def flanneld_inputs(record: InstallRecord, files: ClientFiles, confirmed: dict) -> str:
+    """One digest of everything flanneld reads at start: its binary, its unit
+    file, the etcd client files and the network etcd confirmed."""
+    return daemon.inputs_digest(
+        (record.checksum(p) for p in (paths.FLANNELD, paths.SERVICE_FILE, files.ca_file,
+                                      files.cert_file, files.key_file)),
+        confirmed)
+
+
+def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd, *,
+                       confirmed: dict, iface: str, files: ClientFiles,
+                       active: Callable[[], bool],
+                       moved: Callable[[Optional[str], str], None] = lambda old, new: None,
+                       log: Log = lambda message: None,
+                       subnet_env: Path = paths.SUBNET_ENV) -> bool:
+    """(Re)start flanneld if its inputs changed since it last started, or it
+    is not `active()` (asked only when they did not); True if it did. While
+    it is stopped: what the previous network left goes
+    (daemon.forget_old_network), and if flanneld moves to another interface
+    (a new public IP) `moved(old, new)` runs, to give its lease back so that
+    it takes the same subnet again."""
+    digest = flanneld_inputs(record, files, confirmed)
+    if state.flanneld_inputs == digest and active():
+        return False
+    log("flanneld inputs changed; (re)starting {}".format(SERVICE))
+    systemd.do("stop", SERVICE)
+    network, subnet_len, vni = daemon.network_shape(confirmed)
+    forgotten = daemon.forget_old_network(network, subnet_len, subnet_env,
+                                          daemon.vxlan_link_name(vni) if vni else None)
+    if forgotten:
+        log("Dropped what the previous network left: {}".format(forgotten))
+    if state.flanneld_iface not in (None, iface):
+        moved(state.flanneld_iface, iface)
+    state.flanneld_iface = iface
+    systemd.do("start", SERVICE)
+    state.flanneld_inputs = digest
+    return True

@@ -1,0 +1,63 @@
+"""update-status's look at etcd (health.look_at_etcd), against the session's
+real TLS etcd and a real subnet.env: what an idle hook must act on."""
+import socket
+
+from charms.flannel.credentials import ClientFiles
+from charms.flannel.etcd_probe import lease_key
+from charms.flannel.health import EtcdHealth, look_at_etcd
+from charms.flannel.network import EtcdClientSettings, NetworkStore
+
+NETWORK = {"Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan"}}
+SUBNET_ENV = ("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.52.1/24\n"
+              "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n")
+
+
+def files(pki) -> ClientFiles:
+    return ClientFiles(pki.ca_cert, pki.client_cert, pki.client_key)
+
+
+def store(etcd, pki, prefix) -> NetworkStore:
+    return NetworkStore(EtcdClientSettings((etcd.endpoint,), str(pki.ca_cert),
+                                           str(pki.client_cert), str(pki.client_key)), prefix)
+
+
+def subnet_env(tmp_path, text=SUBNET_ENV):
+    path = tmp_path / "subnet.env"
+    path.write_text(text)
+    return path
+
+
+def test_a_node_etcd_knows_is_healthy(etcd, pki, prefix, tmp_path):
+    etcd_store = store(etcd, pki, prefix)
+    etcd_store.write_config(NETWORK)
+    etcd_store._call(lambda client: client.put(lease_key("10.1.52.0/24", prefix), b"{}"))
+    seen = look_at_etcd(etcd.endpoint, files(pki), NETWORK, subnet_env(tmp_path), prefix=prefix)
+    assert seen == EtcdHealth(answered=etcd.endpoint)
+
+
+def test_an_etcd_rebuilt_empty_asks_for_the_config_and_the_lease_again(etcd, pki, prefix,
+                                                                       tmp_path):
+    seen = look_at_etcd(etcd.endpoint, files(pki), NETWORK, subnet_env(tmp_path), prefix=prefix)
+    assert (seen.problem, seen.config_missing, seen.lost_lease) == (None, True, "10.1.52.0/24")
+
+
+def test_a_lease_of_another_network_is_not_this_nodes_to_miss(etcd, pki, prefix, tmp_path):
+    """Mid cidr change subnet.env still names the old network's subnet:
+    flanneld is leasing anew, and no restart is asked for."""
+    store(etcd, pki, prefix).write_config({**NETWORK, "Network": "10.2.0.0/16"})
+    seen = look_at_etcd(etcd.endpoint, files(pki), {**NETWORK, "Network": "10.2.0.0/16"},
+                        subnet_env(tmp_path), prefix=prefix)
+    assert (seen.config_missing, seen.lost_lease) == (False, None)
+    garbled = look_at_etcd(etcd.endpoint, files(pki), NETWORK,
+                           subnet_env(tmp_path, "FLANNEL_SUBNET=what\n"), prefix=prefix)
+    assert garbled.problem is None and garbled.lost_lease is None
+
+
+def test_etcd_away_is_a_problem_naming_it_and_nothing_else(pki, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    seen = look_at_etcd(f"https://127.0.0.1:{port}", files(pki), NETWORK,
+                        subnet_env(tmp_path), timeout=1.0)
+    assert seen.problem.startswith("cannot reach etcd: https://127.0.0.1:%d" % port)
+    assert (seen.config_missing, seen.lost_lease, seen.answered) == (False, None, None)

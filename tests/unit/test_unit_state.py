@@ -1,0 +1,69 @@
+"""UnitState: what the charm remembers between hooks, in charmhelpers' own
+unitdata store (a real sqlite file), and forgotten whole when flannel goes."""
+from charmhelpers.core.unitdata import Storage
+
+from charms.flannel.unit_state import PROBLEM_AREAS, UnitState
+
+
+def state(tmp_path) -> UnitState:
+    return UnitState(Storage(str(tmp_path / "state.db")))
+
+
+def test_what_a_hook_remembers_the_next_hook_reads(tmp_path):
+    first = state(tmp_path)
+    first.confirmed_network = {"Network": "10.1.0.0/16"}
+    first.set_problem("etcd", "cannot reach etcd: https://10.0.0.1:2379 (refused)")
+    first.kv.flush()
+    second = state(tmp_path)
+    assert second.confirmed_network == {"Network": "10.1.0.0/16"}
+    assert second.problem("etcd").startswith("cannot reach etcd")
+    assert second.problem("cidr") is None and second.flanneld_inputs is None
+
+
+def test_none_unsets_a_value_and_clears_a_problem(tmp_path):
+    s = state(tmp_path)
+    s.flanneld_inputs = "digest"
+    s.flanneld_inputs = None
+    assert "flannel.service-inputs" not in s.kv.getrange("flannel.")
+    s.set_problem("record", "install record unreadable")
+    s.set_problem("record", None)
+    assert s.problem("record") is None
+
+
+def test_a_removed_unit_forgets_everything_flannel_remembered(tmp_path):
+    """A unit added back on the machine later must start from nothing: an
+    old digest would skip its flanneld's first start."""
+    s = state(tmp_path)
+    for key in UnitState.keys():
+        s.kv.set(key, "something")
+    for area in PROBLEM_AREAS:
+        s.set_problem(area, "a problem")
+    s.kv.set("other.layer", "kept")
+    s.forget()
+    assert s.kv.getrange("flannel.") == {}
+    assert s.kv.get("other.layer") == "kept"
+
+
+def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_path):
+    """The keys are the ones the revision before this module wrote (they
+    lived in reactive/flannel.py): a renamed key would read as nothing after
+    `juju refresh`, and e.g. a lost flanneld digest restarts every node's
+    flanneld, a lost confirmed network re-publishes it."""
+    previous = {"flannel.network-config": {"Network": "10.1.0.0/16"},
+                "flannel.service-inputs": "d1", "flannel.network-inputs": "d2",
+                "flannel.unit-file-inputs": "d3", "flannel.cni-inputs": "d4",
+                "flannel.nrpe-inputs": "d5", "flannel.unit-file-loaded": "c1",
+                "flannel.etcd-endpoints": "https://10.0.0.1:2379",
+                "flannel.etcd-answered": "https://10.0.0.1:2379",
+                "flannel.binding-interface": "eth0", "flannel.flanneld-iface": "eth0",
+                "flannel.status": ["active", "Flannel subnet 10.1.52.1/24"],
+                "flannel.config": {"cidr": "10.1.0.0/16"}, "flannel.cni-network-name": "cbr0"}
+    s = state(tmp_path)
+    for key, value in previous.items():
+        s.kv.set(key, value)
+    assert sorted(UnitState.keys()) == sorted(previous)
+    read = {name: getattr(s, name) for name in (
+        "confirmed_network", "flanneld_inputs", "network_inputs", "unit_file_inputs",
+        "cni_inputs", "nrpe_inputs", "unit_file_loaded", "etcd_endpoints", "etcd_answered",
+        "binding_interface", "flanneld_iface", "status", "config", "cni_network_name")}
+    assert sorted(map(str, read.values())) == sorted(map(str, previous.values()))
