@@ -34,6 +34,7 @@ import contextlib
 import json
 from collections import Counter
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -71,6 +72,8 @@ WORKER_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 WORKER_GENERATIONS = ("reactive", "ops")
 NETWORK_PREFIX = "/coreos.com/network"
 SUBNET_ENV = "/run/flannel/subnet.env"
+# the unit file the charm writes (lib/charms/flannel/paths.py)
+UNIT_FILE = "/lib/systemd/system/flannel.service"
 
 # Run inside etcd's namespace (the host has no route to the test network):
 # etcd3gw with a session that trusts only the sandbox CA, whatever
@@ -162,7 +165,35 @@ class Cluster:
             raise
 
     def __exit__(self, *exc) -> None:
+        """Every scenario ends with each running flanneld on its unit file's
+        command line (a unit file rewritten without daemon-reload and a
+        restart runs the old one: sandbox.systemctl keeps what it loaded)."""
+        stale = self.flanneld_command_line_problems() if exc[0] is None else []
         self.down()
+        if stale:
+            raise ClusterError("; ".join(stale))
+
+    def flanneld_command_line_problems(self) -> list[str]:
+        """Each machine's running flanneld against the ExecStart= of the
+        flannel.service on disk."""
+        problems = []
+        for name, machine in self.machines.items():
+            if machine.holder is None:
+                continue
+            unit = (machine.read_file(UNIT_FILE) or b"").decode()
+            exec_start = next((line.split("=", 1)[1] for line in unit.splitlines()
+                               if line.startswith("ExecStart=")), None)
+            for pid in machine.pids_of("flanneld"):
+                raw = machine.read_file(f"/proc/{pid}/cmdline") or b""
+                running = [a.decode() for a in raw.split(b"\0") if a]
+                if not running:
+                    continue   # gone meanwhile
+                if exec_start is None:
+                    problems.append(f"{name}: flanneld runs with no {UNIT_FILE} on disk")
+                elif running != shlex.split(exec_start):
+                    problems.append(f"{name}: flanneld runs `{' '.join(running)}`, "
+                                    f"{UNIT_FILE} says `{exec_start}`")
+        return problems
 
     def up(self) -> "Cluster":
         cleanup_stale()

@@ -21,7 +21,12 @@ client runs this file itself. On top of systemctl3 it:
   stop`, waits RestartSec= (default 100 ms) and starts the unit again;
 - takes out systemctl3's fixed waits (0.5 s after every start, whole-second
   polls for a stopped process to vanish): systemd waits for the process, not
-  for the clock.
+  for the clock;
+- keeps what systemd loaded: a unit's definition is read from disk when it
+  is first started (a copy under LOADED_DIR) and again only at
+  `daemon-reload`; start, restart and stop use that copy, so a unit file
+  rewritten without a reload runs its old command line, as under systemd,
+  and `show -p NeedDaemonReload` says "yes" until the reload.
 
 Not emulated: start rate limiting (StartLimitBurst=), Restart=on-success's
 exit status distinction (the supervisor cannot see a non-child's exit
@@ -82,6 +87,13 @@ SERVER_SOCKET = os.path.join(STATE_DIR, "server.socket")
 # the CPU seconds of each call the server answered, one line per call: the
 # benchmark adds them to the hook that made the call
 SERVED_CPU_LOG = os.path.join(STATE_DIR, "served.cpu")
+# the unit definitions "systemd" has loaded (see the module doc)
+LOADED_DIR = os.path.join(STATE_DIR, "loaded")
+# where systemd 252 finds system units, in its order (the first one wins)
+UNIT_FOLDERS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+                "/usr/lib/systemd/system", "/lib/systemd/system")
+# verbs that run a unit with its loaded definition
+LOADED_VERBS = ("start", "restart", "try-restart", "reload-or-restart", "stop", "kill", RESTART)
 # where a machine holds this file and its forwarding module
 INSTALL_DIR = "/usr/local/lib/sandbox-systemctl"
 POLL = 0.05
@@ -254,8 +266,8 @@ def _alive(pid: int) -> bool:
 def _restart_policy(unit: str) -> tuple[str, float]:
     """Restart= and RestartSec= of the unit's file."""
     s3 = _systemctl3()
-    ctl = s3.Systemctl()
-    conf = ctl.unitfiles.load_conf(unit)
+    with _loaded_first():
+        conf = s3.Systemctl().unitfiles.load_conf(unit)
     if conf is None:
         return "no", 0.1
     policy = (conf.get("Service", "Restart", "no") or "no").strip().lower()
@@ -357,6 +369,98 @@ def _leave(unit: str, stopped: str | None) -> bool:
 
 
 # --------------------------------------------------------------------------
+# what systemd loaded
+# --------------------------------------------------------------------------
+
+def unit_on_disk(unit: str) -> bytes | None:
+    """The unit's file as systemd would load it now (None: none, or masked)."""
+    for folder in UNIT_FOLDERS:
+        path = os.path.join(folder, unit)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                return f.read()
+        if os.path.lexists(path):
+            return None   # a link to /dev/null: masked
+    return None
+
+
+def _loaded_path(unit: str) -> str:
+    return os.path.join(LOADED_DIR, unit)
+
+
+def loaded_definition(unit: str) -> bytes | None:
+    try:
+        with open(_loaded_path(unit), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def load_unit(unit: str) -> None:
+    """systemd loads a unit it holds no definition of when it is first used."""
+    if loaded_definition(unit) is None:
+        _keep_loaded(unit, unit_on_disk(unit))
+
+
+def _keep_loaded(unit: str, content: bytes | None) -> None:
+    if content is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_loaded_path(unit))
+        return
+    os.makedirs(LOADED_DIR, exist_ok=True)
+    pending = f"{_loaded_path(unit)}.{os.getpid()}"
+    with open(pending, "wb") as f:
+        f.write(content)
+    os.replace(pending, _loaded_path(unit))
+
+
+def reload_units() -> None:
+    """daemon-reload: every loaded unit read again from disk; one whose file
+    is gone is no longer loaded."""
+    with contextlib.suppress(FileNotFoundError):
+        for unit in os.listdir(LOADED_DIR):
+            if "." in unit and not unit.rsplit(".", 1)[1].isdigit():   # not a pending copy
+                _keep_loaded(unit, unit_on_disk(unit))
+
+
+def need_daemon_reload(unit: str) -> bool:
+    loaded = loaded_definition(unit)
+    return loaded is not None and loaded != unit_on_disk(unit)
+
+
+def _show_need_daemon_reload(argv: list[str]) -> int | None:
+    """`show -p NeedDaemonReload UNIT [--value]`, which systemctl3 lacks;
+    None for any other show."""
+    options, positional = split_args(argv)
+    props = [options[i + 1] for i, o in enumerate(options[:-1]) if o in ("-p", "--property")]
+    if props != ["NeedDaemonReload"] or len(positional) != 2:
+        return None
+    value = "yes" if need_daemon_reload(_unit_name(positional[1])) else "no"
+    sys.stdout.write((value if "--value" in options else f"NeedDaemonReload={value}") + "\n")
+    return 0
+
+
+@contextlib.contextmanager
+def _loaded_first():
+    """systemctl3 finds the loaded definitions before the files on disk."""
+    os.environ["SYSTEMD_UNIT_PATH"] = LOADED_DIR + ":"
+    try:
+        yield
+    finally:
+        os.environ.pop("SYSTEMD_UNIT_PATH", None)
+
+
+def _run_loaded(argv: list[str], units: list[str], stopping: bool) -> int:
+    """systemctl3 run with what systemd loaded (a unit started for the
+    first time is loaded now)."""
+    if not stopping:
+        for unit in units:
+            load_unit(unit)
+    with _loaded_first():
+        return run_systemctl3(argv, stopping=stopping)
+
+
+# --------------------------------------------------------------------------
 # the server
 # --------------------------------------------------------------------------
 
@@ -447,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [SUPERVISE]:
         return supervise(argv[1])
     if argv[:1] == [RESTART]:
-        return run_systemctl3(["start", argv[1]])
+        return _run_loaded(["start", argv[1]], [_unit_name(argv[1])], stopping=False)
     problem = refusal(argv)
     if problem:
         sys.stderr.write(problem + "\n")
@@ -461,8 +565,15 @@ def main(argv: list[str] | None = None) -> int:
         (verb in ("enable",) and "--now" in options)
     quick = verb not in ("stop", "kill", "restart", "try-restart", "reload-or-restart",
                          "disable", "mask")
+    if verb == "show":
+        shown = _show_need_daemon_reload(argv)
+        if shown is not None:
+            return shown
     if not (stopping or starting):
-        return run_systemctl3(argv, stopping=not quick)
+        rc = run_systemctl3(argv, stopping=not quick)
+        if verb == "daemon-reload" and rc == 0:
+            reload_units()
+        return rc
     with _unit_lock(*units):
         for unit in units:
             if stopping:
@@ -470,7 +581,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(_marker(unit, "stopped"))
-        rc = run_systemctl3(argv, stopping=not quick)
+        if verb in LOADED_VERBS:
+            rc = _run_loaded(argv, units, stopping=verb in ("stop", "kill"))
+        else:
+            rc = run_systemctl3(argv, stopping=not quick)
         if starting and rc == 0:
             for unit in units:
                 if _restart_policy(unit)[0] in RESTARTING:

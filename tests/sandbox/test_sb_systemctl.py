@@ -81,3 +81,48 @@ def test_restart_no_leaves_a_dead_daemon_dead(machine):
     machine.run(["kill", "-9", str(pid)])
     assert wait_for(lambda: machine.pids_of("sleep") == [], 30)
     assert not machine.exists(f"{STATE}/mortal.service.supervisor")
+
+
+SLEEPER = """\
+[Service]
+Type=simple
+ExecStart=/bin/sleep {}
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def sleeping_for(m) -> list[str]:
+    """The argument of each running sleep: which definition runs."""
+    return sorted(m.read_file(f"/proc/{pid}/cmdline").split(b"\0")[1].decode()
+                  for pid in m.pids_of("sleep"))
+
+
+def test_a_running_unit_keeps_its_definition_until_daemon_reload(machine):
+    """systemd runs what it loaded: a charm that rewrites its unit file and
+    restarts without `daemon-reload` gets the old command line (before, the
+    sandbox re-read the file at every start, so such a charm passed)."""
+    machine.write_file("/lib/systemd/system/sleeper.service", SLEEPER.format(3600))
+    assert machine.systemctl("start", "sleeper").returncode == 0   # loaded at first use
+    assert sleeping_for(machine) == ["3600"]
+    machine.write_file("/lib/systemd/system/sleeper.service", SLEEPER.format(7200))
+    need = machine.systemctl("show", "-p", "NeedDaemonReload", "--value", "sleeper")
+    assert need.stdout.strip() == "yes"
+    machine.systemctl("restart", "sleeper")
+    assert sleeping_for(machine) == ["3600"]                       # the loaded one
+    assert machine.systemctl("daemon-reload").returncode == 0
+    assert machine.systemctl("show", "-p", "NeedDaemonReload", "sleeper").stdout.strip() == \
+        "NeedDaemonReload=no"
+    machine.systemctl("restart", "sleeper")
+    assert sleeping_for(machine) == ["7200"]
+    machine.systemctl("stop", "sleeper")
+
+
+def test_a_unit_whose_file_went_still_stops_and_goes_at_the_reload(machine):
+    machine.write_file("/lib/systemd/system/sleeper.service", SLEEPER.format(3600))
+    machine.systemctl("start", "sleeper")
+    machine.run(["rm", "/lib/systemd/system/sleeper.service"])
+    assert machine.systemctl("stop", "sleeper").returncode == 0
+    assert wait_for(lambda: machine.pids_of("sleep") == [], 30)
+    machine.systemctl("daemon-reload")
+    assert machine.systemctl("start", "sleeper").returncode != 0   # not found now

@@ -22,32 +22,17 @@ from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 from .etcd_probe import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, describe_text,
                          ordered, parse_endpoints)
 from .host_network import cidr_conflict
-from .options import InvalidOption, NetworkOptions, network_config
+from .options import (InvalidOption, NetworkOptions, backend_change_pending, backend_type,
+                      network_config)
 
 # Re-exported: network_config's home is options.py, EtcdUnavailable's and
 # the endpoint handling's etcd_probe.py (light enough for idle hooks).
-__all__ = ["network_config", "EtcdUnavailable", "DEFAULT_PREFIX", "DEFAULT_ETCD_PORT"]
+__all__ = ["network_config", "backend_type", "backend_change_pending", "EtcdUnavailable",
+           "DEFAULT_PREFIX", "DEFAULT_ETCD_PORT"]
 
-DEFAULT_BACKEND = "vxlan"  # what flanneld assumes when Backend has no Type
 WRITE_ATTEMPTS = 3  # compare-and-swap rounds lost to other writers before waiting
 
 T = TypeVar("T")
-
-
-def backend_type(config: dict[str, Any] | None) -> str | None:
-    """The backend type a stored config asks for (None when there is none)."""
-    if config is None:
-        return None
-    backend = config.get("Backend")
-    if isinstance(backend, dict) and backend.get("Type"):
-        return str(backend["Type"]).lower()
-    return DEFAULT_BACKEND
-
-
-def backend_change_pending(wanted: dict[str, Any], confirmed: dict[str, Any] | None) -> bool:
-    """Whether the options ask for another backend than the one etcd holds
-    (a change refused while nodes hold leases)."""
-    return confirmed is not None and backend_type(confirmed) != backend_type(wanted)
 
 
 def check_backend_change(

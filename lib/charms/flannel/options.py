@@ -216,3 +216,24 @@ def _parse_iface(value: object) -> str:
             "(names use letters, digits, '.', '-', '_', '@'; no spaces, '/' or ':')",
         )
     return value
+
+
+# --- a stored config's backend (pure: the stop hook asks without importing etcd3gw) ---
+
+DEFAULT_BACKEND = "vxlan"  # what flanneld assumes when Backend has no Type
+
+
+def backend_type(config: dict[str, Any] | None) -> str | None:
+    """The backend type a stored config asks for (None when there is none)."""
+    if config is None:
+        return None
+    backend = config.get("Backend")
+    if isinstance(backend, dict) and backend.get("Type"):
+        return str(backend["Type"]).lower()
+    return DEFAULT_BACKEND
+
+
+def backend_change_pending(wanted: dict[str, Any], confirmed: dict[str, Any] | None) -> bool:
+    """Whether the options ask for another backend than the one etcd holds
+    (a change refused while nodes hold leases)."""
+    return confirmed is not None and backend_type(confirmed) != backend_type(wanted)
