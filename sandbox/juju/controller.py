@@ -31,7 +31,8 @@ HOOK ORDER (Juju 3.x, as documented for charm authors)
   of its other relations (the remote units see departed), then stop, remove;
   its agent and tools directories are deleted.
 - config(): config-changed on every unit; upgrade_charm()/attach_resource():
-  upgrade-charm then config-changed; leader-set: leader-settings-changed on
+  upgrade-charm then config-changed, ahead of what each unit has queued (as
+  Juju's uniter carries out a refresh first); leader-set: leader-settings-changed on
   the other units; update_status(): update-status on every started unit.
 """
 

@@ -480,14 +480,15 @@ class ModelOperations:
                                         "revision": old.get("revision", -1) + 1}
         for u in self.units(app):
             rec = self.unit(u)
-            if rec["life"] != "alive" or charm_dir is None or rec["agent-dir"] is None:
+            if rec["life"] != "alive":
                 continue
-            if rec["phase"] == "pending":  # not installed yet: it gets the new charm now
+            if charm_dir is not None and rec["agent-dir"] is not None and rec["phase"] == "pending":
+                # not installed yet: it gets the new charm now, and its
+                # setup runs config-changed anyway
                 self._manifests[u] = self.agent.upgrade_charm(
                     self.executor_for(u), rec, charm_dir, self._manifests.get(u, []))
-            else:
-                self._enqueue({"unit": u, "op": "deploy-charm"})
-        self._fire_all(app, ["upgrade-charm", "config-changed"])
+                continue
+            self._refresh_unit(u, deploy=charm_dir is not None and rec["agent-dir"] is not None)
 
     def attach_resource(self, app: str, name: str, path) -> None:
         """`juju attach-resource app name=path`: Juju fires upgrade-charm on
@@ -500,7 +501,20 @@ class ModelOperations:
             old = a["resources"].get(name, {})
             a["resources"][name] = {"path": os.path.abspath(os.fspath(path)),
                                     "revision": old.get("revision", -1) + 1}
-        self._fire_all(app, ["upgrade-charm", "config-changed"])
+        for u in self.units(app):
+            if self.unit(u)["life"] == "alive":
+                self._refresh_unit(u, deploy=False)
+
+    def _refresh_unit(self, unit: str, deploy: bool) -> None:
+        """upgrade-charm and config-changed (after the new charm files, if
+        `deploy`) ahead of what the unit has queued, as Juju's uniter does;
+        nothing for a unit not installed yet (its setup runs config-changed)."""
+        if self.unit(unit)["phase"] == "pending":
+            return
+        entries = [{"unit": unit, "op": "deploy-charm"}] if deploy else []
+        entries += [{"unit": unit, "op": "hook", "hook": h}
+                    for h in ("upgrade-charm", "config-changed")]
+        self._enqueue_first(unit, entries)
 
     def fire(self, unit: str, hook: str) -> None:
         """Queue a non-relation hook (e.g. config-changed, update-status) on

@@ -7,7 +7,8 @@ runs them until nothing runnable is left.  An entry is a hook for one unit
 "leader", "enter-scopes", "enter-scope", "deploy-charm", "destroy") that
 expands into hooks or changes the model.
 
-Rules (Juju's): one unit's hooks run one at a time, in the order queued; a
+Rules (Juju's): one unit's hooks run one at a time, in the order queued (a
+refresh goes ahead of what is queued: upgrade-charm, then config-changed); a
 unit in error runs nothing until resolved; a change notification
 (relation-changed, config-changed, ...) identical to one still pending is
 merged into it; a successful hook's relation settings are committed when it
@@ -66,6 +67,19 @@ class HookScheduler:
                 if all(e.get(k) == entry.get(k) for k in keys):
                     return
         self.queue.append(entry)
+
+    def _enqueue_first(self, unit: str, entries: list[dict]) -> None:
+        """Queue `entries` ahead of everything the unit has pending: a
+        refresh, which Juju's uniter carries out before the events it has
+        queued, and whose upgrade-charm it always follows with
+        config-changed (a pending config-changed of the unit is merged into
+        that one: it will see the latest config)."""
+        entries = [dict(e) for e in entries]
+        if any(e.get("hook") == "config-changed" for e in entries):
+            self.queue[:] = [e for e in self.queue if not (
+                e["unit"] == unit and e.get("op") == "hook" and e.get("hook") == "config-changed")]
+        at = next((i for i, e in enumerate(self.queue) if e["unit"] == unit), len(self.queue))
+        self.queue[at:at] = entries
 
     def _lane(self, data: dict, unit: str) -> str:
         """Hooks of units on one machine run one at a time: Juju's unit

@@ -226,6 +226,30 @@ def test_config_upgrade_and_resource_hooks(cluster):
     assert ctl.hooks("etcd/0")[-1] == "update-status"
 
 
+def test_a_refresh_goes_ahead_of_pending_hooks_and_ends_with_config_changed(cluster):
+    """Juju's uniter carries out a refresh before the events it has queued
+    and always follows upgrade-charm with config-changed. Before, the
+    sandbox ran the queued config-changed and update-status first (with the
+    new charm's files already in place) and merged away the refresh's
+    config-changed: ["config-changed", "update-status", "upgrade-charm"]."""
+    ctl = cluster.ctl
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    n = len(ctl.hooks("flannel/0"))
+    ctl.config("flannel", cidr="10.2.0.0/16")
+    ctl.update_status()
+    ctl.upgrade_charm("flannel", cluster.charm("flannel-v3"))
+    ctl.settle()
+    assert ctl.hooks("flannel/0")[n:] == ["upgrade-charm", "config-changed", "update-status"]
+    res = cluster.tmp / "r.tar.gz"
+    res.write_bytes(b"tarball")
+    n = len(ctl.hooks("flannel/0"))
+    ctl.update_status()
+    ctl.attach_resource("flannel", "flannel-amd64", res)
+    ctl.settle()
+    assert ctl.hooks("flannel/0")[n:] == ["upgrade-charm", "config-changed", "update-status"]
+
+
 def test_upgrade_replaces_charm_files_but_keeps_unit_files(cluster):
     ctl = cluster.ctl
     cluster.script("install", 'echo state > "$CHARM_DIR/.unit-state.db"\n')
