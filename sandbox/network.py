@@ -295,15 +295,22 @@ class TestNetwork:
             return self
         cleanup_stale()
         owner = _owner_file(self.tag)
+        # Written whole under another name, then renamed: a run beside this
+        # one (another xdist worker) cleaning up reads either no owner file
+        # (and no namespace of ours yet) or a complete one. A file caught
+        # half-written read as a dead owner: that run removed the record, and
+        # its next cleanup killed this network's etcd mid-test.
+        pending = owner.parent / f".{self.tag}.{os.getpid()}.pending"
         for _ in range(50):
             try:
                 owner.parent.mkdir(parents=True, exist_ok=True)
-                owner.write_text(json.dumps({"pid": os.getpid(),
-                                             "start": _proc_start_time(os.getpid())}))
+                pending.write_text(json.dumps({"pid": os.getpid(),
+                                               "start": _proc_start_time(os.getpid())}))
+                os.replace(pending, owner)
                 break
             except FileNotFoundError:
-                # a run beside this one (another xdist worker) removed the
-                # empty state root between our mkdir and our write: again
+                # that run removed the empty state root between our mkdir
+                # and our write: again
                 continue
         try:
             run(["ip", "netns", "add", self.switch])
