@@ -115,12 +115,10 @@ def _options():
         return None
 
 
-def _etcd_settings(etcd, connection_string=None, timeout: float = 5.0):
+def _etcd_settings(etcd, timeout: float = 5.0):
     from charms.flannel.network import EtcdClientSettings
-    files = client_files()
-    return EtcdClientSettings.from_connection_string(
-        connection_string if etcd is None else etcd.connection_string(),
-        str(files.ca_file), str(files.cert_file), str(files.key_file), timeout=timeout)
+    return EtcdClientSettings.from_client_files(etcd.connection_string(), client_files(),
+                                                timeout=timeout)
 
 
 @hook("install")

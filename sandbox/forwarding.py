@@ -31,6 +31,7 @@ import socket
 import struct
 import subprocess
 import threading
+from dataclasses import dataclass
 
 CLIENT_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "forwarding_client.c")
 MAGIC = b"JUJC"
@@ -102,12 +103,14 @@ def parse_request(body: bytes) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
+@dataclass
 class Request:
     """One call read from a client's connection: argv, env, its standard
     streams (fds, now this process's to close) and the client's pid."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], fds: list[int], pid: int):
-        self.argv, self.env, self.fds, self.pid = argv, env, fds, pid
+    argv: list[str]
+    env: dict[str, str]
+    fds: list[int]
+    pid: int
 
 
 def read_request(sock: socket.socket) -> Request:

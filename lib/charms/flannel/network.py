@@ -148,6 +148,13 @@ class EtcdClientSettings:
         return cls(parse_endpoints(connection_string), str(ca_file), str(cert_file),
                    str(key_file), timeout)
 
+    @classmethod
+    def from_client_files(cls, connection_string: str, files,
+                          timeout: float = 5.0) -> EtcdClientSettings:
+        """The same, with the client files on disk (credentials.ClientFiles)."""
+        return cls.from_connection_string(connection_string, files.ca_file, files.cert_file,
+                                          files.key_file, timeout)
+
 
 class NetworkStore:
     """flannel's network config and subnet leases under one prefix of one etcd."""

@@ -110,9 +110,7 @@ def release_lease_for_backend_change(*, wanted: Optional[dict], confirmed: Optio
         return None
     subnet = str(env.subnet.network)
     try:
-        settings = EtcdClientSettings.from_connection_string(
-            endpoints, str(files.ca_file), str(files.cert_file), str(files.key_file),
-            timeout=3.0)
+        settings = EtcdClientSettings.from_client_files(endpoints, files, timeout=3.0)
         with NetworkStore(settings, prefix or DEFAULT_PREFIX, preferred=preferred) as store:
             released = give_lease_back(store, subnet)
     except EtcdUnavailable as error:
