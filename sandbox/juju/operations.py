@@ -336,9 +336,20 @@ class ModelOperations:
                     self._enqueue(self._hook_entry(m, u, rel, "broken"))
             rel["scope-units"] = []
             if rel["scope"] == "container":
+                # A subordinate unit goes with the last container relation
+                # to its principal's application, not with one to another
+                # subordinate (flannel's nrpe-external-master to nrpe).
+                apps = {e["app"] for e in rel["endpoints"]}
                 for u in participants:
                     rec = data["units"][u]
-                    if rec.get("principal") and m.app(rec["app"])["subordinate"]:
+                    if not (rec.get("principal") and m.app(rec["app"])["subordinate"]):
+                        continue
+                    principal_app = data["units"][rec["principal"]]["app"]
+                    if principal_app in apps and not any(
+                            other is not rel and other["life"] == "alive" and
+                            other["scope"] == "container" and
+                            {e["app"] for e in other["endpoints"]} == {rec["app"], principal_app}
+                            for other in m.relations()):
                         doomed.append(u)
             if not rel["pending-broken"]:
                 del data["relations"][str(rid)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 import shutil
 import tarfile
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from sandbox.cluster import Cluster
+from sandbox.juju import EmulatedApp
+from sandbox.waiting import wait_for
 
 # Every path the charm installs on a unit (docs/design.md, "Unit paths").
 CHARM_PATHS = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
@@ -21,6 +24,10 @@ CHARM_PATHS = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
                "/etc/ssl/flannel")
 # libcni's error when a plugin a conflist needs is not in CNI_PATH.
 MISSING_PLUGIN = re.compile(r'failed to find plugin "([^"]+)" in path \[/opt/cni/bin\]')
+# containerd's own words for it (the bug report's), on a CRI pod sandbox.
+CONTAINERD_MISSING_PLUGIN = re.compile(
+    r'^failed to setup network for sandbox "[0-9a-f]{64}": plugin type="flannel" failed '
+    r'\(add\): failed to find plugin "([^"]+)" in path \[/opt/cni/bin\]$')
 
 Plugins = dict[str, Optional[bytes]]
 
@@ -67,6 +74,23 @@ def deploy_and_wait(cluster: Cluster, charm_dir: Optional[Path] = None, *,
     return before
 
 
+def cri_loaded_network(cluster: Cluster, machine: str = "m1") -> Optional[str]:
+    """The name of the CNI network containerd on `machine` has loaded (None: none)."""
+    from sandbox.cri import runtime_for
+    info = json.loads(runtime_for(cluster.machines[machine]).crictl("info").stdout)
+    names = [n["Config"]["Name"] for n in info.get("cniconfig", {}).get("Networks") or []]
+    names = [n for n in names if n != "cni-loopback"]
+    return names[0] if names else None
+
+
+def wait_cri_loaded(cluster: Cluster, name: Optional[str], machine: str = "m1",
+                    timeout: float = 120.0) -> None:
+    """Wait until containerd on `machine` has loaded network `name`."""
+    if not wait_for(lambda: cri_loaded_network(cluster, machine) == name, timeout):
+        raise AssertionError(f"containerd loaded {cri_loaded_network(cluster, machine)!r}, "
+                             f"not {name!r}")
+
+
 def pods_everywhere(cluster: Cluster) -> dict:
     """A new pod on each machine (asserting each got an address)."""
     pods = {}
@@ -105,6 +129,8 @@ class ScenarioRun:
     flanneld_after_remove: dict[str, list[int]] = field(default_factory=dict)
     # machine -> what flannel left on it (Cluster.flannel_leftovers)
     leftovers_after_remove: dict[str, list[str]] = field(default_factory=dict)
+    # machine -> the charm's own files (CHARM_PATHS) still there
+    files_after_remove: dict[str, list[str]] = field(default_factory=dict)
     readd_status: str = ""   # "" when every unit came back in readd_state, else the error
     readd_messages: dict[str, str] = field(default_factory=dict)  # unit -> status message
     new_pods: list[PodAttempt] = field(default_factory=list)
@@ -122,39 +148,68 @@ def _pods(cluster: Cluster) -> list[PodAttempt]:
 
 
 def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
-                    say: Callable[[str], None], readd_state: str = "active") -> ScenarioRun:
+                    say: Callable[[str], None], readd_state: str = "active",
+                    label: str = "") -> ScenarioRun:
     """LP #1866869 from a deployed, active flannel: a pod on each machine,
     `juju remove-relation flannel:cni kubernetes-worker:cni`, `juju
     add-relation` again, a new pod on each machine; the worker's plugins are
-    compared with `before` after every step. Records, never asserts."""
+    compared with `before` after every step. Records, never asserts.
+    `label` prefixes the timed phases' names (e.g. "cycle 2: ")."""
     run = ScenarioRun()
 
     def compare(step: str) -> None:
         run.plugin_changes[step] = plugin_differences(before, all_plugin_bytes(cluster))
 
     compare("deploy")
-    with cluster.timings.phase("a pod on each machine", say):
+    with cluster.timings.phase(label + "a pod on each machine", say):
         run.first_pods = _pods(cluster)
     compare("the first pods")
-    with cluster.timings.phase("remove-relation flannel:cni kubernetes-worker:cni", say):
+    with cluster.timings.phase(label + "remove-relation flannel:cni kubernetes-worker:cni", say):
         cluster.remove_cni_relation()
     run.units_after_remove = cluster.flannel_units()
     run.flanneld_after_remove = {m: cluster.flanneld_pids(m) for m in cluster.machines}
     run.leftovers_after_remove = {m: cluster.flannel_leftovers(m)
                                   for m in cluster.worker_machines()}
+    run.files_after_remove = {m: [p for p in CHARM_PATHS if cluster.machines[m].exists(p)]
+                              for m in cluster.worker_machines()}
     compare("remove-relation")
-    with cluster.timings.phase("add-relation flannel:cni kubernetes-worker:cni", say):
+    with cluster.timings.phase(label + "add-relation flannel:cni kubernetes-worker:cni", say):
         cluster.add_cni_relation()
         try:
             run.readd_messages = cluster.wait_for_flannel(timeout=180, state=readd_state)
         except Exception as error:   # recorded: the caller decides what it means
             run.readd_status = str(error)
     compare("add-relation")
-    with cluster.timings.phase("a new pod on each machine", say):
+    with cluster.timings.phase(label + "a new pod on each machine", say):
         run.new_pods = _pods(cluster)
     compare("the new pods")
     say(cluster.status_table())
     return run
+
+
+# The Nagios check the charm writes for nrpe.
+CHECK_FILE = "/etc/nagios/nrpe.d/check_flannel.cfg"
+
+
+class NrpeApp(EmulatedApp):
+    """The nrpe charm, emulated as the etcd charm and kubernetes-worker are: a
+    subordinate of the worker that at install does what installing
+    nagios-nrpe-server does on a machine (the nagios user, /etc/nagios/nrpe.d,
+    the export dir). The check command itself is Debian's real check_procs."""
+    charm_name = "nrpe"
+    subordinate = True
+    endpoints = {"general-info": {"interface": "juju-info", "role": "requires",
+                                  "scope": "container"},
+                 "nrpe-external-master": {"interface": "nrpe-external-master",
+                                          "role": "requires", "scope": "container"}}
+
+    def __init__(self):
+        super().__init__("nrpe")
+
+    def on_install(self, ctx):
+        ctx.run(["/bin/sh", "-c", "getent passwd nagios >/dev/null || useradd --system nagios; "
+                 "mkdir -p /etc/nagios/nrpe.d /var/lib/nagios/export"])
+        ctx.status_set("active", "ready")
 
 
 # The stop handler of the charm before LP #1866869 was fixed: it deleted

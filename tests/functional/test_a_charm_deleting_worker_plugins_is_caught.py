@@ -4,9 +4,10 @@ LP #1866869 was fixed.
 
 Against the reactive worker of the bug report (it copied its plugins once),
 the same checks that pass for the real charm must catch it: libcni's own
-error when the new pod is created, the byte comparison of the worker's
-plugins, and `juju status`, which names the missing plugin (before the CNI
-chain check the unit came back "active" while no pod could start). Against
+error when the new pod is created, containerd's (the bug report's words) when
+a CRI pod sandbox is, the byte comparison of the worker's plugins, and `juju
+status`, which names the missing plugin (before the CNI chain check the unit
+came back "active" while no pod could start). Against
 today's ops worker the old charm's damage does not last: the worker extracts
 its plugins again in its next hook (the relation's own departed/broken hooks,
 at the latest the add-relation's), so new pods work and the plugins are back
@@ -14,19 +15,26 @@ byte for byte; this is why the bug report needed the worker of its era."""
 from __future__ import annotations
 
 import pytest
-from functional_kit import MISSING_PLUGIN, deploy_and_wait, old_charm_copy, play_remove_add
+from functional_kit import (CONTAINERD_MISSING_PLUGIN, MISSING_PLUGIN, deploy_and_wait,
+                            old_charm_copy, play_remove_add, wait_cri_loaded)
 
 pytestmark = pytest.mark.functional
 
 
-def test_old_stop_hook_makes_new_pods_fail_with_libcni_missing_plugin(
+def test_old_stop_hook_makes_new_pods_fail_with_missing_plugin(
         open_cluster, built_charm, tmp_path):
+    from sandbox.resource import crictl_path
+    crictl_path()
     broken = old_charm_copy(built_charm, tmp_path)
     with open_cluster("negative control", workers=1) as cluster:
         before = deploy_and_wait(cluster, charm_dir=broken)
+        cri_before = cluster.start_pod("m1", runtime="cri")
         run = play_remove_add(cluster, before, cluster.say, readd_state="blocked")
+        wait_cri_loaded(cluster, "CDK-flannel-network")
+        cri_pod, cri_error = cluster.try_pod("m1", runtime="cri")
 
     assert all(p.address for p in run.first_pods), [str(p) for p in run.first_pods]
+    assert cri_before.address
     # flannel itself comes back (it reinstalls its own plugin), and its status
     # names what the worker lost ...
     assert not run.readd_status, run.readd_status
@@ -40,6 +48,12 @@ def test_old_stop_hook_makes_new_pods_fail_with_libcni_missing_plugin(
     assert missing, f"cnitool failed otherwise: {new_pod.error}"
     assert missing.group(1) in ("bridge", "host-local", "flannel"), missing.group(0)
     print(f"cnitool, as expected: {missing.group(0)}")
+    # containerd's CRI plugin, as kubelet meets it, says the same.
+    assert cri_pod is None, f"a new CRI pod got {cri_pod.address} although the plugins are gone"
+    missing = CONTAINERD_MISSING_PLUGIN.match(cri_error)
+    assert missing, f"containerd failed otherwise: {cri_error}"
+    assert missing.group(1) in ("bridge", "host-local", "flannel"), cri_error
+    print(f"containerd, as expected: {cri_error}")
     # The byte comparison the real charm passes catches the deletion too.
     assert run.plugin_changes["deploy"] == []
     assert "m1: bridge deleted" in run.plugin_changes["remove-relation"]

@@ -6,27 +6,27 @@ Per revision, one sandbox with two workers plays, in order (module fixture
 per revision, tests in file order, each asserting one part):
 the old charm deployed and active with a pod on each machine -> one real
 `upgrade-charm` of the application to the built charm while a pod on m1
-pings a pod on m2 -> new pods -> remove/add of the cni relation -> a refresh
-to a newer build of this charm -> the worker re-extracting its own flannel
-over this charm's, then a refresh and a remove.
+pings a pod on m2 -> new pods -> remove/add of the cni relation -> the
+worker re-extracting its own flannel over this charm's, then a refresh and a
+remove. (A refresh between two builds of this charm is
+test_two_machines_everyday_operations' upgrade-charm test.)
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 
 import pytest
 from functional_kit import (all_plugin_bytes, allocation_tables, member, plugin_differences,
-                            pods_everywhere, repack_resource)
+                            pods_everywhere)
 
 from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL, WORKER_PLUGINS
 from sandbox.old_flannel import (give_worker_flannel, old_charm_dir, old_resource,
                                  workers_flannel)
 
 # the module's tests share its cluster(s): one pytest-xdist worker runs them all
-pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("f9_refresh_from_old_charm")]
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("refresh_from_the_old_charm")]
 
 MACHINES = ("m1", "m2")
 NETWORK = "CDK-flannel-network"
@@ -121,7 +121,6 @@ def refresh(request, open_cluster, built_charm, resource, tmp_path_factory):
             cluster.controller.upgrade_charm(FLANNEL, built_charm,
                                              resources={cluster.resource_name: resource})
             cluster.settle()   # one settle: no update-status helps
-        cluster.ping_during = during
         cluster.say(f"   ping m1 -> m2 during the refresh: {during}, lost {during.lost} "
                     f"({during.lost * 0.2:.1f}s of echoes at 0.2 s intervals)")
         cluster.say(cluster.status_table())
@@ -151,8 +150,6 @@ def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
     for unit in refresh.flannel_units():
         state, message = refresh.workload(unit)
         assert state == "active", f"{unit} is {state} ({message}) after one settle"
-    during = refresh.ping_during
-    assert during.answered, f"no echo answered during the refresh: {during}"
     for m in MACHINES:   # the one thing that moves: flanneld, onto the new binary
         now = refresh.flanneld_pids(m)
         refresh.say(f"   {m}: flanneld {refresh.pids_before[m]} -> {now}")
@@ -239,34 +236,6 @@ def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
     assert new["m1"].ping(new["m2"].address)
     for m in MACHINES:
         assert list(allocation_tables(refresh, m)) == [NETWORK]
-
-
-def test_refresh_to_a_newer_build_restarts_flanneld_only_for_new_inputs(
-        refresh, built_charm, resource, tmp_path):
-    """A newer build with the same flanneld
-    leaves flanneld running; a new flanneld restarts it. On the old main,
-    after the steps before it, this failed with `a new pod on m1 got no
-    address: ... open /run/flannel/subnet.env: no such file or directory`."""
-    newer = tmp_path / "flannel"
-    shutil.copytree(built_charm, newer, symlinks=True)
-    (newer / "NEWER-BUILD").write_text("a newer build of this charm\n")
-    pods = pods_everywhere(refresh)
-    pids = {m: refresh.flanneld_pids(m) for m in MACHINES}
-    with refresh.pinging(pods["m1"], pods["m2"].address) as during:
-        refresh.upgrade_flannel(resource, charm_dir=newer)
-    refresh.say(f"   newer build, same flanneld: {during}")
-    assert {m: refresh.flanneld_pids(m) for m in MACHINES} == pids
-    # every echo answered (a reply a loaded host delays still counts)
-    assert during.answered and during.lost == 0, during
-    restamped = repack_resource(resource, tmp_path / "restamped",
-                                flanneld_suffix=b"\0restamped by the refresh test\n")
-    refresh.upgrade_flannel(restamped, charm_dir=newer)
-    for m in MACHINES:
-        assert refresh.machines[m].read_file("/usr/local/bin/flanneld") == \
-            member(restamped, "flanneld")
-        assert refresh.flanneld_pids(m) and refresh.flanneld_pids(m) != pids[m]
-    assert pods["m1"].ping(pods["m2"].address)
-    assert refresh.failed_hooks() == []
 
 
 def test_a_worker_flannel_extracted_over_ours_is_put_back_on_remove(refresh, resource):

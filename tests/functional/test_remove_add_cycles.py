@@ -2,20 +2,23 @@
 each worker generation: the reactive worker of the bug report and today's
 ops worker (which re-extracts its plugins in every hook). Two cycles in
 the everyday profile, ten in the full one (sandbox.profile; the 50-cycle
-soak is `python -m sandbox soak`).
+soak is `python -m sandbox soak`). Each cycle is the user's scenario
+(LP #1866869) as functional_kit.play_remove_add plays it, the same steps the
+negative control (test_a_charm_deleting_worker_plugins_is_caught) fails.
 
-After each removal: no flanneld, no flannel.1, none of the files the charm
-installed, no iptables rule, route or systemd unit of flannel's, the worker's
-plugins byte for byte as before flannel came. After
-each re-add: every unit active and a new pod gets an address. Each cycle's
-time is printed (one machine bounds it; each new unit installs its Python
-dependencies from the wheelhouse)."""
+Each cycle: a pod gets an address; after the removal no unit, no flanneld,
+none of the files the charm installed, no iptables rule, route, device or
+systemd unit of flannel's (Cluster.flannel_leftovers compares the node with
+its state before flannel came); after the re-add every unit active and a new
+pod gets an address; the worker's plugins byte for byte as before flannel
+came, after every step. Each cycle's time is printed (one machine bounds it;
+each new unit installs its Python dependencies from the wheelhouse)."""
 from __future__ import annotations
 
 import time
 
 import pytest
-from functional_kit import CHARM_PATHS, deploy_and_wait, plugin_bytes, plugin_differences
+from functional_kit import deploy_and_wait, play_remove_add
 
 from sandbox import profile
 from sandbox.cluster import WORKER_GENERATIONS
@@ -31,35 +34,27 @@ def test_remove_add_cycles_leave_nothing_behind_and_pods_keep_working(
         open_cluster, generation):
     with open_cluster(f"remove/add cycles, {generation} worker", workers=1,
                       worker_generation=generation) as cluster:
-        before = {"m1": deploy_and_wait(cluster)["m1"]}
-        machine = cluster.machines["m1"]
-        pod, error = cluster.try_pod("m1")
-        assert pod, f"no address for a pod after the deploy: {error}"
+        before = deploy_and_wait(cluster)
         per_cycle = []
         for cycle in range(1, CYCLES + 1):
             started = time.monotonic()
-            with cluster.timings.phase(f"cycle {cycle:2}: remove-relation", cluster.say):
-                cluster.remove_cni_relation()
-            removed = time.monotonic()
-            assert cluster.flannel_units() == [], f"cycle {cycle}: units left"
-            assert cluster.flanneld_pids("m1") == [], f"cycle {cycle}: flanneld still runs"
-            assert cluster.vxlan_links("m1") == {}, f"cycle {cycle}: vxlan device left behind"
-            assert cluster.flannel_leftovers("m1") == [], f"cycle {cycle}: flannel left these"
-            left = [p for p in CHARM_PATHS if machine.exists(p)]
-            assert left == [], f"cycle {cycle}: the charm's files left behind: {left}"
-            assert plugin_differences(before, {"m1": plugin_bytes(cluster, "m1")}) == [], \
-                f"cycle {cycle}: the worker's plugins changed"
-
-            with cluster.timings.phase(f"cycle {cycle:2}: add-relation, active", cluster.say):
-                cluster.add_cni_relation()
-                cluster.wait_for_flannel(timeout=180)
-            pod, error = cluster.try_pod("m1")
-            assert pod, f"cycle {cycle}: a new pod got no address: {error}"
-            assert plugin_differences(before, {"m1": plugin_bytes(cluster, "m1")}) == []
-            done = time.monotonic()
-            per_cycle.append((removed - started, done - removed))
-            cluster.say(f"cycle {cycle:2}: remove {removed - started:5.1f}s, "
-                        f"add + active + pod {done - removed:5.1f}s, new pod {pod.address}")
-        cluster.say("cycle  remove   add+pod   total")
-        for n, (rm, add) in enumerate(per_cycle, 1):
-            cluster.say(f"{n:5}  {rm:6.1f}s  {add:7.1f}s  {rm + add:6.1f}s")
+            run = play_remove_add(cluster, before, cluster.say, label=f"cycle {cycle:2}: ")
+            per_cycle.append(time.monotonic() - started)
+            where = f"cycle {cycle}"
+            assert all(p.address for p in run.first_pods), \
+                f"{where}: " + "; ".join(map(str, run.first_pods))
+            assert run.units_after_remove == [], f"{where}: flannel units left after removal"
+            assert run.flanneld_after_remove == {"m1": []}, \
+                f"{where}: flanneld still runs: {run.flanneld_after_remove}"
+            assert run.leftovers_after_remove == {"m1": []}, \
+                f"{where}: flannel left these: {run.leftovers_after_remove}"
+            assert run.files_after_remove == {"m1": []}, \
+                f"{where}: the charm's files left behind: {run.files_after_remove}"
+            assert not run.readd_status, f"{where}: {run.readd_status}"
+            assert all(p.address for p in run.new_pods), \
+                f"{where}: new pods after add-relation: " + "; ".join(map(str, run.new_pods))
+            assert run.all_plugin_changes() == [], \
+                f"{where}: the worker's plugins changed: {run.all_plugin_changes()}"
+        cluster.say("cycle  pods + remove + add + active + new pods")
+        for n, seconds in enumerate(per_cycle, 1):
+            cluster.say(f"{n:5}  {seconds:6.1f}s")

@@ -3,23 +3,24 @@
 The deployment is made once (module fixture `two`, the reactive worker of the
 bug report); each test asserts only what it changes or observes itself,
 starting from whatever valid state the previous test left (every unit
-active), so any of them can run alone. The user's scenario also runs against
-today's ops worker (fixture `two_ops`), which re-extracts its plugins in
-nearly every hook.
+active), so any of them can run alone. Today's ops worker (fixture `two_ops`)
+re-extracts its plugins in nearly every hook. The user's remove/add scenario
+itself is test_remove_add_cycles (each worker generation, every cycle).
 """
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import shutil
 
 import pytest
-from functional_kit import (all_plugin_bytes, deploy_and_wait, member, play_remove_add,
-                            plugin_differences, pods_everywhere, repack_resource)
+from functional_kit import (all_plugin_bytes, deploy_and_wait, member, plugin_differences,
+                            pods_everywhere, repack_resource)
 
-from sandbox.cluster import SUBNET_ENV, WORKER_GENERATIONS
+from sandbox.cluster import SUBNET_ENV
 
 # the module's tests share its cluster(s): one pytest-xdist worker runs them all
-pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("f1_two_machines")]
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("two_machines_everyday_operations")]
 
 MACHINES = ("m1", "m2")
 
@@ -39,10 +40,6 @@ def two_ops(open_cluster):
         yield cluster
 
 
-def with_worker(request, generation):
-    return request.getfixturevalue({"reactive": "two", "ops": "two_ops"}[generation])
-
-
 def assert_ping_both_ways(a, b):
     assert a.ping(b.address), f"{a.name} ({a.address}) on {a.machine.name} cannot reach " \
         f"{b.name} ({b.address}) on {b.machine.name}"
@@ -54,28 +51,7 @@ def subnets(cluster):
     return {m: cluster.subnet_env(m) for m in MACHINES}
 
 
-# --- 1. the user's scenario (LP #1866869) ----------------------------------------
-
-@pytest.mark.parametrize("generation", WORKER_GENERATIONS)
-def test_remove_and_readd_relation_new_pods_get_addresses_and_worker_plugins_kept(
-        request, generation):
-    two = with_worker(request, generation)
-    run = play_remove_add(two, two.worker_plugins_before, two.say)
-
-    assert all(p.address for p in run.first_pods), [str(p) for p in run.first_pods]
-    assert run.units_after_remove == [], "flannel units left after remove-relation"
-    assert run.flanneld_after_remove == {m: [] for m in MACHINES}, \
-        f"flanneld still running after remove-relation: {run.flanneld_after_remove}"
-    # no iptables chain or jump, route, device or unit of flannel's stays
-    assert run.leftovers_after_remove == {m: [] for m in MACHINES}, run.leftovers_after_remove
-    assert not run.readd_status, run.readd_status
-    assert all(p.address for p in run.new_pods), \
-        "new pods after add-relation: " + "; ".join(map(str, run.new_pods))
-    assert run.all_plugin_changes() == [], \
-        f"the worker's plugins changed: {run.all_plugin_changes()}"
-
-
-# --- 2. today's worker re-extracts its plugins in nearly every hook ---------------------
+# --- 1. today's worker re-extracts its plugins in nearly every hook ---------------------
 
 def test_ops_worker_re_extracting_its_plugins_leaves_flannels_plugin_alone(two_ops, resource):
     """The ops worker untars its cni-plugins resource over /opt/cni/bin in
@@ -109,7 +85,7 @@ def test_ops_worker_re_extracting_its_plugins_leaves_flannels_plugin_alone(two_o
     assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
-# --- 3. pod-to-pod traffic across the two machines ---------------------------------------
+# --- 2. pod-to-pod traffic across the two machines ---------------------------------------
 
 def test_pods_ping_across_machines_over_vxlan(two):
     vni = two.network_config()["Backend"].get("VNI", 1)   # 1 unless a test changed it
@@ -148,7 +124,7 @@ def test_a_garbled_subnet_env_fails_no_hook(two):
     assert two.wait_for_flannel(timeout=60)[unit].startswith("Flannel subnet ")
 
 
-# --- 5. configuration ---------------------------------------------------------------
+# --- 3. configuration ---------------------------------------------------------------
 
 def test_cidr_change_reaches_etcd_flanneld_and_new_pods_without_reboot(two):
     current = ipaddress.ip_network(two.network_config()["Network"])
@@ -305,7 +281,7 @@ def test_etcd_tls_material_that_is_not_pem_waits_and_keeps_the_client_files(two)
         assert {m: two.machines[m].read_file(key_file) for m in MACHINES} == keys
 
 
-# --- 6. etcd relation, upgrade-charm -------------------------------------------------------
+# --- 4. etcd relation, upgrade-charm -------------------------------------------------------
 
 def test_etcd_relation_removed_blocks_and_readded_recovers(two):
     pods = pods_everywhere(two)
@@ -342,34 +318,39 @@ def test_new_etcd_client_certificate_is_picked_up_and_flanneld_restarted(two):
     assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
-def test_upgrade_charm_with_new_resource_restarts_flanneld_only_for_a_new_binary(
+def test_upgrade_charm_restarts_flanneld_only_for_a_new_binary(
         two, built_charm, resource, tmp_path):
+    """A newer build of the charm with a new resource revision whose flanneld
+    is the same bytes leaves flanneld running and every echo answered; a
+    re-stamped flanneld restarts it, and pods old and new talk. On an older
+    main, after a refresh and a remove/add, the newer build left new pods
+    without an address ("open /run/flannel/subnet.env: no such file or
+    directory")."""
+    newer = tmp_path / "flannel"
+    shutil.copytree(built_charm, newer, symlinks=True)
+    (newer / "NEWER-BUILD").write_text("a newer build of this charm\n")
     pods = pods_everywhere(two)
     pids = {m: two.flanneld_pids(m) for m in MACHINES}
     assert all(pids.values()), f"flanneld is not running: {pids}"
 
-    # A new resource revision whose flanneld is the same bytes: no restart.
     same = repack_resource(resource, tmp_path / "same", extra_member="NOTICE")
     assert same.read_bytes() != resource.read_bytes()
-    with two.timings.phase("upgrade-charm, new resource, same flanneld", two.say), \
+    with two.timings.phase("upgrade-charm, newer build, same flanneld", two.say), \
             two.pinging(pods["m1"], pods["m2"].address) as during:
-        two.upgrade_flannel(same, charm_dir=built_charm)
+        two.upgrade_flannel(same, charm_dir=newer)
         two.wait_for_flannel(timeout=120)
     two.say(f"   while upgrading: {during}")
-    assert during.answered, f"no echo answered during the upgrade: {during}"
+    # every echo answered (a reply a loaded host delays still counts)
+    assert during.lost == 0, f"echoes lost while flanneld kept running: {during}"
     assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, \
         "flanneld restarted although its binary did not change"
 
-    # A re-stamped flanneld: the service restarts onto the new binary.
     restamped = repack_resource(resource, tmp_path / "restamped",
                                 flanneld_suffix=b"\0restamped by tests/functional\n")
     new_flanneld = member(restamped, "flanneld")
-    with two.timings.phase("upgrade-charm, new resource, re-stamped flanneld", two.say), \
-            two.pinging(pods["m1"], pods["m2"].address) as during:
-        two.upgrade_flannel(restamped, charm_dir=built_charm)
+    with two.timings.phase("upgrade-charm, new resource, re-stamped flanneld", two.say):
+        two.upgrade_flannel(restamped, charm_dir=newer)
         two.wait_for_flannel(timeout=120)
-    two.say(f"   while upgrading: {during}")
-    assert during.answered, f"no echo answered during the upgrade: {during}"
     for m in MACHINES:
         assert two.machines[m].read_file("/usr/local/bin/flanneld") == new_flanneld, \
             f"{m} does not run the new flanneld"
@@ -379,3 +360,4 @@ def test_upgrade_charm_with_new_resource_restarts_flanneld_only_for_a_new_binary
     new = pods_everywhere(two)
     assert_ping_both_ways(new["m1"], new["m2"])
     assert plugin_differences(two.worker_plugins_before, all_plugin_bytes(two)) == []
+    assert two.failed_hooks() == [], two.failed_hooks()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.juju import ModelError
+from sandbox.juju import EmulatedApp, ModelError
 
 SUB_SETUP = ["install", "etcd-relation-created", "cni-relation-created", "leader-elected",
              "config-changed", "start", "etcd-relation-joined", "etcd-relation-changed",
@@ -53,6 +53,40 @@ def test_add_relation_creates_subordinate_in_juju_order(cluster):
     # the unit's files are in its machine
     assert cluster.host("flannel/0", "charm/metadata.yaml").is_file()
     assert cluster.host("flannel/0", "charm").parent.name == "unit-flannel-0"
+
+
+class NrpeLike(EmulatedApp):
+    """A second subordinate of the worker, as nrpe is."""
+    subordinate = True
+    endpoints = {"general-info": {"interface": "juju-info", "role": "requires",
+                                  "scope": "container"},
+                 "monitors": {"interface": "kubernetes-cni", "role": "provides",
+                              "scope": "container"}}
+
+    def __init__(self):
+        super().__init__("nrpe")
+
+
+def test_a_relation_between_two_subordinates_removes_neither(cluster):
+    """Juju destroys a subordinate unit with its relation to its principal,
+    not with one to another subordinate (flannel to nrpe): the sandbox once
+    destroyed the flannel unit when flannel:nrpe-external-master went."""
+    ctl = cluster.ctl
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.deploy(NrpeLike())
+    ctl.add_relation("nrpe:general-info", "kubernetes-worker:juju-info")
+    ctl.add_relation("flannel:cni", "nrpe:monitors")
+    ctl.settle()
+    assert ctl.unit("nrpe/0")["principal"] == "kubernetes-worker/0"
+    ctl.remove_relation("flannel:cni", "nrpe:monitors")
+    ctl.settle()
+    assert ctl.unit("flannel/0")["life"] == "alive"
+    assert ctl.unit("nrpe/0")["life"] == "alive"
+    ctl.remove_relation("nrpe:general-info", "kubernetes-worker:juju-info")
+    ctl.settle()
+    assert ctl.unit("flannel/0")["life"] == "alive"
+    with pytest.raises(ModelError):
+        ctl.unit("nrpe/0")
 
 
 def test_remove_relation_tears_the_subordinate_down(cluster):

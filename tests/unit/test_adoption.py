@@ -187,8 +187,7 @@ def test_the_older_conf_gives_its_name_and_goes(layout, charm_dir, record):
 def test_a_fresh_unit_uses_the_old_charms_network_name(tmp_path):
     tables = tmp_path / "networks"
     assert adoption.cni_network_name(tmp_path / "absent.conflist", tables_dir=tables) == \
-        DEFAULT_NETWORK_NAME
-    assert DEFAULT_NETWORK_NAME == "CDK-flannel-network"
+        "CDK-flannel-network"
     assert adoption.cni_network_name(tmp_path / "absent", remembered="cbr0",
                                      tables_dir=tables) == "cbr0"
 

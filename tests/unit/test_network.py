@@ -8,7 +8,7 @@ import etcd3gw
 import pytest
 import requests
 
-from charms.flannel.network import (DEFAULT_PREFIX, EtcdClientSettings, EtcdUnavailable,
+from charms.flannel.network import (EtcdClientSettings, EtcdUnavailable,
                                     NetworkStore, backend_change_pending, check_backend_change,
                                     ensure_network_config, give_lease_back, network_config,
                                     shared_service_cidr, write_network)
@@ -40,10 +40,6 @@ def test_host_gw_has_only_its_type():
 def test_the_config_is_plain_json():
     config = network_config(options(port=4789))
     assert json.loads(json.dumps(config)) == config
-
-
-def test_default_prefix_is_flannels():
-    assert DEFAULT_PREFIX == "/coreos.com/network"
 
 
 # -- EtcdClientSettings -----------------------------------------------------

@@ -40,6 +40,7 @@ def test_the_modes_in_the_table_are_the_ones_the_charm_sets():
                        (paths.ETCD_KEY, paths.ETCD_TLS_FILE_MODE)):
         assert f"{mode:04o}" in re.findall(r"0[0-7]{3}", table[str(path)]), (path, table[str(path)])
     assert f"dir {paths.ETCD_TLS_DIR_MODE:04o}" in table[str(paths.ETCD_KEY)]
+    assert f"files {paths.ETCD_TLS_FILE_MODE:04o}" in table[str(paths.ETCD_KEY)]
 
 
 def test_the_install_record_sits_beside_the_charm_directory():
