@@ -4,7 +4,28 @@ flannel resource to attach (built with go install when not given)."""
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
+import tempfile
+import zipfile
 from pathlib import Path
+
+
+def charm_dir(path: str) -> Path:
+    """--charm: a charm directory as it is, or a packed .charm (charmcraft's or
+    build-charm's) unpacked as `juju deploy ./x.charm` unpacks it, into a
+    directory removed when the command ends."""
+    from sandbox.juju.charm_archive import BadCharmArchive, unpack
+
+    given = Path(path)
+    if not given.is_file():
+        return given
+    tmp = Path(tempfile.mkdtemp(prefix="unpacked-charm."))
+    atexit.register(shutil.rmtree, tmp, True)
+    try:
+        return unpack(given, tmp / "flannel")
+    except (BadCharmArchive, zipfile.BadZipFile, OSError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def charm_parser(command: str, description: str | None) -> argparse.ArgumentParser:
@@ -12,7 +33,8 @@ def charm_parser(command: str, description: str | None) -> argparse.ArgumentPars
     --resource; the command adds its own options."""
     parser = argparse.ArgumentParser(prog=f"python -m sandbox {command}", description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--charm", type=Path, required=True, help="the built charm directory")
+    parser.add_argument("--charm", type=charm_dir, required=True,
+                        help="the built charm directory, or a packed .charm")
     parser.add_argument("--resource", type=Path,
                         help="flannel-<arch>.tar.gz (default: build it with go install)")
     return parser

@@ -81,7 +81,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import systemctl
+from . import systemctl, ubuntu
 from .forwarding import build_client
 from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
                       list_netns, pids_in_namespaces, run, state_root)
@@ -92,26 +92,8 @@ OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
 START_TIMEOUT = 120.0  # seconds for the holder to set up the mounts (a bound for a hang)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-OS_RELEASE = """\
-PRETTY_NAME="Ubuntu 22.04.4 LTS"
-NAME="Ubuntu"
-VERSION_ID="22.04"
-VERSION="22.04.4 LTS (Jammy Jellyfish)"
-VERSION_CODENAME=jammy
-ID=ubuntu
-ID_LIKE=debian
-HOME_URL="https://www.ubuntu.com/"
-SUPPORT_URL="https://help.ubuntu.com/"
-BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
-PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
-UBUNTU_CODENAME=jammy
-"""
-LSB_RELEASE = """\
-DISTRIB_ID=Ubuntu
-DISTRIB_RELEASE=22.04
-DISTRIB_CODENAME=jammy
-DISTRIB_DESCRIPTION="Ubuntu 22.04.4 LTS"
-"""
+OS_RELEASE = ubuntu.os_release("jammy")
+LSB_RELEASE = ubuntu.lsb_release("jammy")
 
 # Run as the holder: it sits in the machine's netns, inside a fresh mount
 # namespace (unshare made every mount a slave), sets up the private trees, says

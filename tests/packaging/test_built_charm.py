@@ -30,20 +30,16 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import ubuntu
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.build]
 
-NOT_CHARM = ("sandbox", "tests", "scripts", "docs", ".ci", "tox.ini", "requirements-dev.txt",
-             "build", "interfaces", "overlays", "charmcraft.yaml", ".gitignore", ".git")
+NOT_CHARM = ("sandbox", "tests", "scripts", "docs", ".ci", ".github", "tox.ini",
+             "requirements-dev.txt", "build", "interfaces", "overlays", "charmcraft.yaml",
+             ".gitignore", ".git")
 
-OS_RELEASE = {
-    "jammy": ('PRETTY_NAME="Ubuntu 22.04.4 LTS"\nNAME="Ubuntu"\nVERSION_ID="22.04"\n'
-              'VERSION="22.04.4 LTS (Jammy Jellyfish)"\nVERSION_CODENAME=jammy\nID=ubuntu\n'
-              'ID_LIKE=debian\nUBUNTU_CODENAME=jammy\n'),
-    "noble": ('PRETTY_NAME="Ubuntu 24.04.1 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\n'
-              'VERSION="24.04.1 LTS (Noble Numbat)"\nVERSION_CODENAME=noble\nID=ubuntu\n'
-              'ID_LIKE=debian\nUBUNTU_CODENAME=noble\n'),
-}
+OS_RELEASE = {series: ubuntu.os_release(series) for series in ("jammy", "noble")}
 
 HOOK_TOOL = """#!/bin/sh
 # Stand-in hook tool: records the call, answers "nothing there".

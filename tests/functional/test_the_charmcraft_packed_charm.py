@@ -1,0 +1,60 @@
+"""The charm `charmcraft pack` makes, as users get it from Charmhub.
+
+Packed here by charmcraft itself (4.5.0 from PyPI, destructive mode, in a
+mount namespace with an Ubuntu 22.04 identity: sandbox.charmcraft_pack),
+from charmcraft.yaml as it stands, and unpacked as Juju unpacks a `.charm` on
+deploy. It must hold what scripts/build-charm's charm holds (the pure-Python
+wheelhouse and the remove hook included, both scripts/finish-charm's), and
+pass the README's main job: sandbox.demo, the user's scenario on a control
+plane and two workers with CRI pods through remove/add."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from sandbox import charmcraft_pack, demo
+from sandbox.juju.charm_archive import unpack
+
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("the_charmcraft_packed_charm")]
+
+# charmcraft writes its own manifest.yaml (per platform) and primes no
+# .build.manifest (charm-build's file signatures).
+CHARMCRAFTS_OWN = {"manifest.yaml", ".build.manifest"}
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("charmcraft")
+    archive = charmcraft_pack.pack(out, "ubuntu-22.04-amd64")
+    return unpack(archive, out / "flannel")
+
+
+def files_of(charm: Path) -> dict[str, tuple[str, bool]]:
+    """relative path -> (sha256, executable) of every file in a charm dir."""
+    return {str(p.relative_to(charm)): (hashlib.sha256(p.read_bytes()).hexdigest(),
+                                        bool(p.stat().st_mode & 0o100))
+            for p in sorted(charm.rglob("*")) if p.is_file() and
+            str(p.relative_to(charm)) not in CHARMCRAFTS_OWN}
+
+
+def test_charmcraft_packs_what_build_charm_builds(packed, built_charm):
+    got, want = files_of(packed), files_of(built_charm)
+    assert sorted(set(got) ^ set(want)) == [], "files only in one of the two charms"
+    assert [p for p in got if got[p] != want[p]] == [], "files that differ"
+    assert got["hooks/remove"][1] and got["hooks/install"][1], "hooks not executable"
+    wheels = [p for p in got if p.startswith("wheelhouse/")]
+    assert wheels and all(p.endswith("-none-any.whl") for p in wheels), wheels
+    assert "analysis" in (packed / "manifest.yaml").read_text()
+
+
+def test_the_packed_charm_passes_the_demo(packed, resource):
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        lines.append(text)
+        print(f"[charmcraft demo] {text}", flush=True)
+
+    assert demo.play(packed, resource, say=say), \
+        "the demo failed:\n" + "\n".join(line for line in lines if "[FAILED]" in line)
