@@ -182,7 +182,9 @@ def configure_network():
         return  # blocked; etcd and the running flanneld are left as they were
     conflict = _cidr_conflict(options)
     _problem("cidr", str(conflict) if conflict else None)
-    if conflict:
+    too_big = _mtu_problem(options)
+    _problem("mtu", str(too_big) if too_big else None)
+    if conflict or too_big:
         return  # blocked; etcd and the running flanneld are left as they were
     from charms.flannel.network import EtcdUnavailable, NetworkStore, write_network
     etcd = endpoint_from_flag("etcd.available")
@@ -234,6 +236,21 @@ def _cidr_conflict(options):
     networks = host_network.machine_networks(host_network.read_links(),
                                              host_network.read_routes(), pod_networks)
     return host_network.cidr_conflict(options.cidr, networks)
+
+
+def _flanneld_link(options):
+    """The link flanneld sends on (host_network.Link), None if not found."""
+    from charms.flannel import host_network
+    iface = options.iface or _binding_interface("cni")
+    return host_network.find_link(iface, host_network.read_links()) if iface else None
+
+
+def _mtu_problem(options):
+    """An `mtu` bigger than flanneld's interface carries: an InvalidOption, or None."""
+    if not options.mtu:
+        return None
+    from charms.flannel import host_network
+    return host_network.mtu_problem(options.mtu, _flanneld_link(options))
 
 
 def _service_cidr():
@@ -314,6 +331,7 @@ def run_flanneld():
     if service.restart_if_changed(
             record, state, _systemd, confirmed=confirmed, files=client_files(),
             iface=options.iface or _binding_interface("cni"), active=_flanneld_active,
+            underlay_mtu=getattr(_flanneld_link(options), "mtu", None) or None,
             moved=lambda old, new: teardown.best_effort(
                 "give the lease back for the new address",
                 lambda: _keep_subnet_for_new_address(etcd, old, new), _log),
@@ -604,8 +622,8 @@ def assess_status():
     state = _state()
     try:
         parse_options(_config())
-        config_problem = (state.problem("cidr") or state.problem("network")
-                          or state.problem("iface"))
+        config_problem = (state.problem("cidr") or state.problem("mtu")
+                          or state.problem("network") or state.problem("iface"))
     except InvalidOption as invalid:
         config_problem = str(invalid)
     confirmed = state.confirmed_network

@@ -438,6 +438,10 @@ class Cluster:
         text = (self.machines[machine].read_file(SUBNET_ENV) or b"").decode()
         return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
+    def set_underlay_mtu(self, mtu: int) -> None:
+        """The MTU of the network the machines (and etcd) share: every link on it."""
+        self.network.set_mtu(mtu)
+
     def vxlan_links(self, machine: str) -> dict[str, dict]:
         """flanneld's vxlan devices in `machine` (it names them flannel.<VNI>:
         flannel.1 by default), as `ip -d -j link show` describes them:

@@ -286,6 +286,7 @@ class TestNetwork:
         self.switch = self.prefix + "switch"
         self._attached: dict[str, Attachment] = {}
         self._extra_addresses: dict[str, str] = {}   # "m1-eth1" -> address (add_interface)
+        self._extra_links: list[tuple[str, str]] = []   # (attachment, ifname) (add_interface)
         self._ports = 0
         self.created = False
 
@@ -406,7 +407,24 @@ class TestNetwork:
         run(inside + ["addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", ifname])
         run(inside + ["link", "set", ifname, "up"])
         self._extra_addresses[f"{name}-{ifname}"] = address
+        self._extra_links.append((name, ifname))
         return address
+
+    def set_mtu(self, mtu: int) -> None:
+        """The segment's MTU (a jumbo-frame LAN, a tunnel's smaller one): the
+        bridge, every port and every attachment's links on the segment."""
+        sw = ["ip", "-n", self.switch]
+        ports = [link["ifname"] for link in json.loads(
+            run(sw + ["-j", "link", "show", "master", BRIDGE]).stdout or "[]")]
+        for port in ports:
+            run(sw + ["link", "set", port, "mtu", str(mtu)])
+        run(sw + ["link", "set", BRIDGE, "mtu", str(mtu)])
+        for att in self._attached.values():
+            run(["ip", "-n", att.netns, "link", "set", att.ifname, "mtu", str(mtu)])
+        for name, ifname in self._extra_links:
+            if name in self._attached:
+                run(["ip", "-n", self._attached[name].netns, "link", "set", ifname, "mtu",
+                     str(mtu)])
 
     def detach(self, name: str) -> None:
         att = self._attached.pop(name, None)
@@ -435,15 +453,21 @@ class TestNetwork:
 # every INTERVAL seconds, COUNT of them (0: until a line or EOF on stdin);
 # prints "s SEQ" when it sends and "a SEQ" when SEQ is answered, however late;
 # after the last echo (or the stop) it waits up to GRACE seconds for late replies.
+# SIZE (optional) is the echo's data length (ping -s), DF 1 forbids fragmenting
+# it (ping -M do); an echo the kernel refuses to send prints "e SEQ <why>".
 _PING_LOOP = r"""
 import os, select, socket, struct, sys, time
 dst, interval, grace, count = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+size = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+df = len(sys.argv) > 6 and sys.argv[6] == "1"
 def csum(b):
     if len(b) % 2: b += b"\0"
     s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
     s = (s >> 16) + (s & 0xffff); s += s >> 16
     return ~s & 0xffff
 sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+if df:   # IP_MTU_DISCOVER = IP_PMTUDISC_DO: DF set, no local fragmenting
+    sock.setsockopt(socket.IPPROTO_IP, 10, 2)
 ident = os.getpid() & 0xffff
 sent, answered, seq = set(), set(), 0
 next_send, stop_at = time.monotonic(), None
@@ -454,12 +478,12 @@ while True:
     if stop_at is None and now >= next_send:
         seq += 1
         hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq & 0xffff)
-        payload = b"flsb-ping"
+        payload = (b"flsb-ping" * (size // 9 + 1))[:size] if size else b"flsb-ping"
         try:
             sock.sendto(struct.pack("!BBHHH", 8, 0, csum(hdr + payload), ident, seq & 0xffff)
                         + payload, (dst, 0))
-        except OSError:
-            pass
+        except OSError as error:
+            say("e %d %s" % (seq, error.strerror))
         sent.add(seq & 0xffff)
         say("s %d" % seq)
         next_send = max(next_send + interval, now)
@@ -471,7 +495,7 @@ while True:
     watched = [sock] if count or stop_at is not None else [sock, sys.stdin]
     ready = select.select(watched, [], [], max(0.0, wait))[0]
     if sock in ready:
-        data, addr = sock.recvfrom(2048)
+        data, addr = sock.recvfrom(65535)
         ihl = (data[0] & 0x0f) * 4
         typ, code, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
         if typ == 0 and rid == ident and addr[0] == dst and rseq in sent - answered:
@@ -484,12 +508,13 @@ while True:
 
 
 def ping_loop(netns: str, address: str, interval: float, grace: float = 2.0,
-              count: int = 0) -> subprocess.Popen:
+              count: int = 0, size: int = 0, dont_fragment: bool = False) -> subprocess.Popen:
     """Start pinging `address` from inside `netns` (a namespace of ours):
     `count` echoes, or until a line is written to the process's stdin (or it
     is closed); see _PING_LOOP for its output."""
     return subprocess.Popen(["nsenter", f"--net={NETNS_DIR / netns}", "--", "python3", "-c",
-                             _PING_LOOP, address, str(interval), str(grace), str(count)],
+                             _PING_LOOP, address, str(interval), str(grace), str(count),
+                             str(size), "1" if dont_fragment else "0"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, bufsize=1)
 
@@ -507,3 +532,21 @@ def ping_from_netns(netns: str, address: str, count: int = 3, wait: float = 1.0)
     if proc.returncode != 0:
         raise CommandFailed(proc.returncode, ["ping", address], out, err)
     return sum(1 for line in out.splitlines() if line.startswith("a "))
+
+
+def ping_unfragmented(netns: str, address: str, size: int, count: int = 3,
+                      wait: float = 2.0) -> str:
+    """`ping -M do -s SIZE` from inside `netns`: "answered" when an echo of
+    `size` data bytes (a packet of size + 28) came back unfragmented, the
+    kernel's refusal to send it ("Message too long" when it exceeds the
+    route's MTU), or "no answer" (dropped on the way: silence)."""
+    proc = ping_loop(netns, address, interval=0.2, grace=count * wait, count=count,
+                     size=size, dont_fragment=True)
+    out, err = proc.communicate(timeout=count * (0.2 + wait) + 30)
+    if proc.returncode != 0:
+        raise CommandFailed(proc.returncode, ["ping", address], out, err)
+    lines = out.splitlines()
+    if any(line.startswith("a ") for line in lines):
+        return "answered"
+    refused = [line.split(" ", 2)[2] for line in lines if line.startswith("e ")]
+    return refused[0] if refused else "no answer"

@@ -31,7 +31,7 @@ import re
 import subprocess
 
 from .machine import Machine
-from .network import NETNS_DIR, delete_netns, ping_from_netns, run
+from .network import NETNS_DIR, delete_netns, ping_from_netns, ping_unfragmented, run
 
 CNI_ENV = {"CNI_PATH": "/opt/cni/bin", "NETCONFPATH": "/etc/cni/net.d"}
 NETCONF_DIR = "/etc/cni/net.d"
@@ -113,6 +113,16 @@ class Pod:
     def ping(self, address: str, count: int = 3, wait: float = 1.0) -> bool:
         """True if at least one of `count` ICMP echoes from the pod is answered."""
         return ping_from_netns(self.netns, address, count, wait) > 0
+
+    def ping_unfragmented(self, address: str, size: int) -> str:
+        """`ping -M do -s SIZE` from the pod: "answered", the kernel's refusal
+        ("Message too long") or "no answer" (network.ping_unfragmented)."""
+        return ping_unfragmented(self.netns, address, size)
+
+    def link_mtu(self, ifname: str = "eth0") -> int:
+        """The MTU of the pod's `ifname` (what the CNI plugins gave it)."""
+        shown = self.run(["ip", "-j", "link", "show", "dev", ifname])
+        return int(json.loads(shown.stdout)[0]["mtu"])
 
     def run(self, argv, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         return run(["nsenter", f"--net={self.netns_path}", "--", *map(str, argv)],

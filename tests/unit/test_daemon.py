@@ -55,8 +55,9 @@ def test_a_wider_cidr_than_the_old_one_keeps_its_leases():
 
 # --- forget_old_network, with `ip` answered by a fake ----------------------------------
 
-def vxlan(name: str, vni: int) -> dict:
-    return {"ifname": name, "linkinfo": {"info_kind": "vxlan", "info_data": {"id": vni}}}
+def vxlan(name: str, vni: int, mtu: int = 1450) -> dict:
+    return {"ifname": name, "mtu": mtu,
+            "linkinfo": {"info_kind": "vxlan", "info_data": {"id": vni}}}
 
 
 LINKS = [{"ifname": "lo"}, {"ifname": "eth0", "linkinfo": {"info_kind": "veth"}},
@@ -78,11 +79,13 @@ class FakeIp:
     """Answers `ip -j addr show dev BRIDGE` and `ip -j -d link show`, and
     records `ip addr del` and `ip link delete`."""
 
-    def __init__(self, addresses=None, links=()):
+    def __init__(self, addresses=None, links=(), bridge_mtu=1450):
         self.addresses = addresses   # None: the bridge does not exist
+        self.bridge_mtu = bridge_mtu
         self.links = list(links)
         self.deleted = []
         self.links_deleted = []
+        self.mtu_set = []
 
     def __call__(self, argv, **kwargs):
         if argv == ["ip", "-j", "-d", "link", "show"]:
@@ -93,8 +96,12 @@ class FakeIp:
         if argv[:4] == ["ip", "-j", "addr", "show"]:
             if self.addresses is None:
                 return subprocess.CompletedProcess(argv, 1, "", 'Device "cni0" does not exist.')
-            link = {"ifname": argv[-1], "addr_info": self.addresses}
+            link = {"ifname": argv[-1], "mtu": self.bridge_mtu, "addr_info": self.addresses}
             return subprocess.CompletedProcess(argv, 0, json.dumps([link]), "")
+        if argv[:3] == ["ip", "link", "set"] and argv[-2] == "mtu":
+            self.bridge_mtu = int(argv[-1])
+            self.mtu_set.append((argv[4], int(argv[-1])))
+            return subprocess.CompletedProcess(argv, 0, "", "")
         if argv[:3] == ["ip", "addr", "del"]:
             self.deleted.append((argv[3], argv[-1]))
             return subprocess.CompletedProcess(argv, 0, "", "")
@@ -103,8 +110,8 @@ class FakeIp:
 
 @pytest.fixture
 def fake_ip(monkeypatch):
-    def install(addresses=None, links=()):
-        fake = FakeIp(addresses, links)
+    def install(addresses=None, links=(), bridge_mtu=1450):
+        fake = FakeIp(addresses, links, bridge_mtu)
         monkeypatch.setattr(daemon.subprocess, "run", fake)
         return fake
     return install
@@ -126,6 +133,41 @@ def test_vni_change_deletes_the_old_vxlan_device_only(fake_ip, tmp_path):
     assert gone.vxlan_links == ["flannel.1"] and gone
     assert fake.links_deleted == ["flannel.1"]
     assert fake.deleted == []
+
+
+def test_an_mtu_change_recreates_the_device_flanneld_would_reuse(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1450)])
+    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
+                                     vxlan_mtu=1350)
+    assert gone.vxlan_links == ["flannel.1"] and fake.links_deleted == ["flannel.1"]
+
+
+def test_the_bridge_gets_the_pods_new_mtu(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
+                   bridge_mtu=1350)
+    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
+                                     vxlan_mtu=8950)
+    assert gone.bridge_mtu == (1350, 8950) and fake.mtu_set == [("cni0", 8950)]
+
+
+def test_the_device_with_the_wanted_mtu_is_kept(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
+                   bridge_mtu=1350)
+    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
+                                     vxlan_mtu=1350)
+    assert gone.vxlan_links == [] and fake.links_deleted == [] and fake.mtu_set == []
+    assert not gone
+
+
+@pytest.mark.parametrize("config, underlay, device", [
+    ({"Backend": {"Type": "vxlan", "MTU": 1400}}, 9000, 1350),   # the option wins
+    ({"Backend": {"Type": "vxlan"}}, 9000, 8950),               # flanneld's: the interface's
+    ({"Backend": {"Type": "vxlan"}}, None, None),               # not known: not compared
+    ({"Backend": {"Type": "host-gw"}}, 1500, None),             # no device
+    ({}, 1500, 1450),                                           # vxlan is flanneld's default
+])
+def test_the_vxlan_device_mtu_flanneld_makes(config, underlay, device):
+    assert daemon.vxlan_device_mtu(config, underlay) == device
 
 
 def test_a_backend_without_vxlan_keeps_no_vxlan_device(fake_ip, tmp_path):

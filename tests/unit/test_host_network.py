@@ -143,3 +143,30 @@ def test_an_iface_that_cannot_carry_the_overlay_is_refused(machine, iface, reaso
 def test_this_machines_links_are_read():
     links = host_network.read_links()
     assert any(link.loopback and link.name == "lo" for link in links)
+
+
+# -- mtu against flanneld's interface ---------------------------------------------------
+
+def test_an_mtu_the_interface_carries_is_fine():
+    link = host_network.Link("eth0", True, False, (ipaddress.ip_interface("10.0.0.2/24"),),
+                             mtu=9000)
+    assert host_network.mtu_problem(9000, link) is None
+    assert host_network.mtu_problem(1400, link) is None
+
+
+def test_an_mtu_bigger_than_the_interface_is_refused():
+    link = host_network.Link("eth0", True, False, (ipaddress.ip_interface("10.0.0.2/24"),),
+                             mtu=1500)
+    assert str(host_network.mtu_problem(9000, link)) == (
+        "Invalid mtu: 9000 is more than the MTU of eth0 (1500), which flanneld sends vxlan "
+        "packets on; use at most 1500, or 0 for the interface's")
+
+
+def test_the_link_of_an_address_or_name_and_its_mtu_from_ip_json():
+    links = host_network.links_from([{
+        "ifname": "ens3", "flags": ["UP", "LOWER_UP"], "operstate": "UP", "mtu": 1400,
+        "addr_info": [{"family": "inet", "local": "10.0.0.2", "prefixlen": 24,
+                       "scope": "global"}]}])
+    assert host_network.find_link("10.0.0.2", links).mtu == 1400
+    assert host_network.find_link("ens3", links).name == "ens3"
+    assert host_network.find_link("eth9", links) is None

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from charms.flannel.options import InvalidOption, NetworkOptions, parse_options
+from charms.flannel.options import (InvalidOption, NetworkOptions, network_config,
+                                    parse_options)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -206,3 +207,39 @@ def test_single_options_are_checked_before_combinations():
 
 def test_the_first_invalid_option_is_reported_in_a_stable_order():
     assert status_for(cidr="x", vni=0).startswith("Invalid cidr:")
+
+
+# -- mtu --------------------------------------------------------------------------
+
+def test_mtu_zero_leaves_the_mtu_to_flanneld():
+    assert parse_options(config(mtu=0)).mtu == 0
+    assert "MTU" not in network_config(parse_options(config(mtu=0)))["Backend"]
+
+
+def test_an_mtu_reaches_the_vxlan_backend():
+    assert network_config(parse_options(config(mtu=1400)))["Backend"] == {
+        "Type": "vxlan", "VNI": 1, "MTU": 1400}
+
+
+@pytest.mark.parametrize("value, message", [
+    (625, "Invalid mtu: 625 is out of range; use 626 to 65535 (pods get the mtu less "
+          "vxlan's 50 bytes, at least 576), or 0 for the interface's MTU"),
+    (65536, "Invalid mtu: 65536 is out of range; use 626 to 65535 (pods get the mtu less "
+            "vxlan's 50 bytes, at least 576), or 0 for the interface's MTU"),
+    (-1, "Invalid mtu: -1 is out of range; use 626 to 65535 (pods get the mtu less "
+         "vxlan's 50 bytes, at least 576), or 0 for the interface's MTU"),
+    ("1400", 'Invalid mtu: "1400" is not a whole number'),
+])
+def test_an_mtu_out_of_range_is_refused(value, message):
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(mtu=value))
+    assert str(error.value) == message
+
+
+def test_host_gw_takes_no_mtu():
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(backend="host-gw", mtu=1400))
+    assert str(error.value) == (
+        "Invalid mtu: 1400 cannot be given to host-gw, which has no MTU of its own (pods get "
+        "the interface's); use 0, or the vxlan backend")
+    assert parse_options(config(backend="host-gw", mtu=0)).mtu == 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from .options import VXLAN_OVERHEAD
 from .subnet import read_subnet_env
 
 VXLAN_LINK = "flannel.1"   # with the default VNI 1
@@ -56,6 +57,17 @@ def network_shape(config: dict) -> tuple[ipaddress.IPv4Network, int, Optional[in
     return ipaddress.IPv4Network(config["Network"]), int(config.get("SubnetLen", 24)), vni
 
 
+def vxlan_device_mtu(config: dict, underlay_mtu: Optional[int]) -> Optional[int]:
+    """The MTU flanneld gives flannel.<VNI> for a network config: the
+    backend's MTU (else the MTU of the interface it sends on) less vxlan's
+    overhead; None for a backend without a device, or when not known."""
+    backend = config.get("Backend") or {}
+    if backend.get("Type", "vxlan") != "vxlan":
+        return None
+    wire = backend.get("MTU") or underlay_mtu
+    return int(wire) - VXLAN_OVERHEAD if wire else None
+
+
 def vxlan_link_name(vni: int) -> str:
     """The vxlan device flanneld makes for `vni`: flannel.<VNI>."""
     return f"flannel.{vni}"
@@ -69,18 +81,23 @@ def flannel_vxlan_links(links: Iterable[dict]) -> list[str]:
             and link.get("linkinfo", {}).get("info_kind") == "vxlan"]
 
 
-def delete_vxlan_links(keep: Optional[str] = None) -> list[str]:
-    """Delete flanneld's vxlan devices but `keep`; returns the names deleted.
+def delete_vxlan_links(keep: Optional[str] = None, keep_mtu: Optional[int] = None) -> list[str]:
+    """Delete flanneld's vxlan devices but `keep` (and `keep` too if its MTU
+    is not `keep_mtu`, when given); returns the names deleted.
 
     flanneld leaves its device behind when stopped, and names it after the
     VNI: after a VNI change the old one would stay, holding the node's
-    flannel address and routes beside the new one.
+    flannel address and routes beside the new one. And it reuses a device it
+    finds without comparing its MTU: after an `mtu` change the old device
+    would carry on with the old MTU while pods get the new one.
     """
     shown = subprocess.run(["ip", "-j", "-d", "link", "show"], capture_output=True,
                            text=True, check=True)
+    links = json.loads(shown.stdout or "[]")
+    mtus = {link.get("ifname"): link.get("mtu") for link in links}
     gone = []
-    for name in flannel_vxlan_links(json.loads(shown.stdout or "[]")):
-        if name != keep:
+    for name in flannel_vxlan_links(links):
+        if name != keep or (keep_mtu is not None and mtus.get(name) != keep_mtu):
             deleted = subprocess.run(["ip", "link", "delete", name], capture_output=True,
                                      text=True)
             if deleted.returncode != 0 and "Cannot find device" not in deleted.stderr:
@@ -120,14 +137,16 @@ class Forgotten:
     bridge_addresses: list[str] = field(default_factory=list)
     subnet_env: bool = False
     vxlan_links: list[str] = field(default_factory=list)
+    bridge_mtu: Optional[tuple[int, int]] = None   # (old, new): the bridge's MTU set anew
 
     def __bool__(self) -> bool:
-        return bool(self.bridge_addresses or self.subnet_env or self.vxlan_links)
+        return bool(self.bridge_addresses or self.subnet_env or self.vxlan_links
+                    or self.bridge_mtu)
 
 
 def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                        subnet_env: Path, vxlan_link: Optional[str],
-                       bridge: str = POD_BRIDGE) -> Forgotten:
+                       bridge: str = POD_BRIDGE, vxlan_mtu: Optional[int] = None) -> Forgotten:
     """While flanneld is stopped, before it starts again: drop what belongs
     to a previous network.
 
@@ -140,7 +159,13 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
       flanneld writes the new one, the flannel CNI plugin would hand out old
       addresses (and put the old gateway back on the bridge).
     - flanneld's vxlan devices other than `vxlan_link` (the one of the new
-      VNI; None for a backend without one): a VNI change renames the device.
+      VNI; None for a backend without one): a VNI change renames the device;
+      and `vxlan_link` itself if its MTU is not `vxlan_mtu` (when known): an
+      `mtu` change, which flanneld would not apply to a device it finds.
+    - The bridge's MTU, set to `vxlan_mtu` (the pods' MTU) if it is another:
+      the bridge plugin sets it only when it creates the bridge, and a bridge
+      left smaller than the pods turns their large packets from other nodes
+      away ("fragmentation needed").
 
     Nothing is touched when both already fit the network, so calling this on
     every (re)start is harmless.
@@ -149,11 +174,17 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
     shown = subprocess.run(["ip", "-j", "addr", "show", "dev", bridge],
                            capture_output=True, text=True)
     if shown.returncode == 0 and shown.stdout.strip():   # no bridge: no pod yet
-        addr_info = [a for link in json.loads(shown.stdout) for a in link.get("addr_info", [])]
+        links = json.loads(shown.stdout)
+        addr_info = [a for link in links for a in link.get("addr_info", [])]
         for address in stale_bridge_addresses(addr_info, network, subnet_len):
             subprocess.run(["ip", "addr", "del", address, "dev", bridge],
                            check=True, capture_output=True)
             gone.bridge_addresses.append(address)
+        bridge_mtu = links[0].get("mtu") if links else None
+        if vxlan_mtu is not None and bridge_mtu is not None and bridge_mtu != vxlan_mtu:
+            subprocess.run(["ip", "link", "set", "dev", bridge, "mtu", str(vxlan_mtu)],
+                           check=True, capture_output=True)
+            gone.bridge_mtu = (bridge_mtu, vxlan_mtu)
     try:
         env = read_subnet_env(subnet_env)
     except ValueError:   # garbage: flanneld will write it anew
@@ -164,7 +195,7 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
             env.network != network or env.subnet.network.prefixlen != subnet_len)
     if gone.subnet_env:
         os.unlink(subnet_env)
-    gone.vxlan_links = delete_vxlan_links(keep=vxlan_link)
+    gone.vxlan_links = delete_vxlan_links(keep=vxlan_link, keep_mtu=vxlan_mtu)
     return gone
 
 

@@ -31,6 +31,7 @@ class Link:
     up: bool          # administratively up with carrier (operstate UP/UNKNOWN)
     loopback: bool
     addresses: tuple  # ipaddress.IPv4Interface / IPv6Interface, scope global/host
+    mtu: int = 0      # 0: not reported
 
 
 def _ip_json(*args: str) -> list:
@@ -55,7 +56,8 @@ def links_from(addr_show: Iterable[dict]) -> list[Link]:
             name=entry.get("ifname", ""),
             up="UP" in flags and state in ("UP", "UNKNOWN") and "NO-CARRIER" not in flags,
             loopback="LOOPBACK" in flags or entry.get("link_type") == "loopback",
-            addresses=tuple(addresses)))
+            addresses=tuple(addresses),
+            mtu=int(entry.get("mtu") or 0)))
     return links
 
 
@@ -131,6 +133,16 @@ def cidr_conflict(cidr: ipaddress.IPv4Network,
     return None
 
 
+def find_link(iface: str, links: Iterable[Link]) -> Optional[Link]:
+    """The link `iface` names (a link name, or an address one holds)."""
+    try:
+        address = ipaddress.ip_address(iface)
+    except ValueError:
+        return next((link for link in links if link.name == iface), None)
+    return next((link for link in links if any(a.ip == address for a in link.addresses)),
+                None)
+
+
 def iface_problem(iface: str, links: Iterable[Link]) -> Optional[InvalidOption]:
     """Why flanneld cannot carry the overlay on `iface` (a link name or an
     address of one), or None."""
@@ -139,20 +151,14 @@ def iface_problem(iface: str, links: Iterable[Link]) -> Optional[InvalidOption]:
         address = ipaddress.ip_address(iface)
     except ValueError:
         address = None
-    if address is not None:
-        if address.version == 6:
-            return InvalidOption("iface", f'"{iface}" is an IPv6 address; flannel carries '
-                                          "its overlay over IPv4: give an IPv4 address or "
-                                          "an interface name")
-        holders = [link for link in links if any(a.ip == address for a in link.addresses)]
-        if not holders:
-            return InvalidOption("iface", f'"{iface}" is not an address of this machine')
-        link = holders[0]
-    else:
-        named = [link for link in links if link.name == iface]
-        if not named:
-            return InvalidOption("iface", f'"{iface}" is not an interface of this machine')
-        link = named[0]
+    if address is not None and address.version == 6:
+        return InvalidOption("iface", f'"{iface}" is an IPv6 address; flannel carries '
+                                      "its overlay over IPv4: give an IPv4 address or "
+                                      "an interface name")
+    link = find_link(iface, links)
+    if link is None:
+        what = "an address" if address is not None else "an interface"
+        return InvalidOption("iface", f'"{iface}" is not {what} of this machine')
     if link.loopback or (address is not None and address.is_loopback):
         return InvalidOption("iface", f'"{iface}" is the loopback interface; use one '
                                       "that reaches the other machines")
@@ -163,3 +169,14 @@ def iface_problem(iface: str, links: Iterable[Link]) -> Optional[InvalidOption]:
         return InvalidOption("iface", f'"{iface}" has no IPv4 address; flanneld needs '
                                       "one to reach the other machines")
     return None
+
+
+def mtu_problem(mtu: int, link: Optional[Link]) -> Optional[InvalidOption]:
+    """Why vxlan packets of `mtu` bytes cannot leave on `link` (flanneld's
+    interface), or None: bigger than the link, they are fragmented or
+    dropped on the way, and pods see large transfers stall."""
+    if not mtu or link is None or not link.mtu or mtu <= link.mtu:
+        return None
+    return InvalidOption("mtu", f"{mtu} is more than the MTU of {link.name} ({link.mtu}), "
+                                "which flanneld sends vxlan packets on; use at most "
+                                f"{link.mtu}, or 0 for the interface's")

@@ -27,6 +27,13 @@ MIN_SUBNETS_BITS = 2
 MAX_VNI = 9_999_999
 MAX_PORT = 65535
 VXLAN_KERNEL_PORT = 8472  # what port 0 means to flanneld's vxlan backend
+# vxlan's overhead over IPv4: flanneld gives flannel.<VNI> and every pod
+# (FLANNEL_MTU) the backend's MTU less this.
+VXLAN_OVERHEAD = 50
+# A pod link below IPv4's minimum datagram size (RFC 791) breaks IPv4 itself.
+MIN_POD_MTU = 576
+MIN_MTU = MIN_POD_MTU + VXLAN_OVERHEAD
+MAX_MTU = 65535   # Linux's largest
 
 # Used when a key is absent (Juju always sends every key; tests may not).
 DEFAULTS: Mapping[str, object] = {
@@ -36,6 +43,7 @@ DEFAULTS: Mapping[str, object] = {
     "iface": "",
     "port": 0,
     "vni": 1,
+    "mtu": 0,
 }
 
 # Ranges a pod network must not overlap: packets there never reach a pod.
@@ -73,6 +81,7 @@ class NetworkOptions:
     vni: int
     port: int  # 0 = the kernel's default vxlan port
     iface: str  # "" = let the charm pick the binding's interface
+    mtu: int = 0  # the vxlan packets' MTU on the wire; 0 = the interface's (flanneld's choice)
 
 
 def parse_options(config: Mapping[str, object]) -> NetworkOptions:
@@ -105,6 +114,7 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
             f"{vni} is out of range; use 1 to {MAX_VNI} (flanneld's device "
             "flannel.<vni> must fit Linux's 15-character names)",
         )
+    mtu = _parse_mtu(get("mtu"), backend)
 
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
     if subnet_len < shortest:
@@ -120,7 +130,8 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
             f"refuses; use {shortest} to {MAX_SUBNET_LEN}",
         )
     return NetworkOptions(
-        cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface
+        cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface,
+        mtu=mtu,
     )
 
 
@@ -132,6 +143,8 @@ def network_config(options: NetworkOptions) -> dict[str, Any]:
         backend["VNI"] = options.vni
         if options.port:  # absent = the kernel's default port
             backend["Port"] = options.port
+        if options.mtu:  # absent = the interface's MTU (flanneld's default)
+            backend["MTU"] = options.mtu
     return {
         "Network": str(options.cidr),
         "SubnetLen": options.subnet_len,
@@ -183,6 +196,22 @@ def _parse_cidr(value: object) -> ipaddress.IPv4Network:
                 f"{_quoted(text)} overlaps {label}; use a private range such as 10.1.0.0/16",
             )
     return address
+
+
+def _parse_mtu(value: object, backend: str) -> int:
+    mtu = _parse_int("mtu", value)
+    if mtu == 0:
+        return 0
+    if backend != "vxlan":
+        raise InvalidOption(
+            "mtu", f"{mtu} cannot be given to {backend}, which has no MTU of its own (pods get "
+                   "the interface's); use 0, or the vxlan backend")
+    if not MIN_MTU <= mtu <= MAX_MTU:
+        raise InvalidOption(
+            "mtu", f"{mtu} is out of range; use {MIN_MTU} to {MAX_MTU} (pods get the mtu "
+                   f"less vxlan's {VXLAN_OVERHEAD} bytes, at least {MIN_POD_MTU}), or 0 for "
+                   "the interface's MTU")
+    return mtu
 
 
 def _parse_backend(value: object) -> str:

@@ -45,13 +45,16 @@ def flanneld_inputs(record: InstallRecord, files: ClientFiles, confirmed: dict) 
 def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd, *,
                        confirmed: dict, iface: str, files: ClientFiles,
                        active: Callable[[], bool],
+                       underlay_mtu: Optional[int] = None,
                        moved: Callable[[Optional[str], str], None] = lambda old, new: None,
                        log: Log = lambda message: None,
                        subnet_env: Path = paths.SUBNET_ENV) -> bool:
     """(Re)start flanneld if its inputs changed since it last started, or it
     is not `active()` (asked only when they did not); True if it did. While
     it is stopped: what the previous network left goes
-    (daemon.forget_old_network), and if flanneld moves to another interface
+    (daemon.forget_old_network; `underlay_mtu`, the MTU of the interface
+    flanneld sends on, tells which vxlan device MTU the config means when
+    it names none), and if flanneld moves to another interface
     (a new public IP) `moved(old, new)` runs, to give its lease back so that
     it takes the same subnet again."""
     digest = flanneld_inputs(record, files, confirmed)
@@ -60,8 +63,9 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     log("flanneld inputs changed; (re)starting {}".format(SERVICE))
     systemd.do("stop", SERVICE)
     network, subnet_len, vni = daemon.network_shape(confirmed)
-    forgotten = daemon.forget_old_network(network, subnet_len, subnet_env,
-                                          daemon.vxlan_link_name(vni) if vni else None)
+    forgotten = daemon.forget_old_network(
+        network, subnet_len, subnet_env, daemon.vxlan_link_name(vni) if vni else None,
+        vxlan_mtu=daemon.vxlan_device_mtu(confirmed, underlay_mtu))
     if forgotten:
         log("Dropped what the previous network left: {}".format(forgotten))
     if state.flanneld_iface not in (None, iface):
