@@ -22,8 +22,9 @@ kubeconfig) and, from the control plane, `service-cidr`.
     kubernetes-control-plane: waits for etcd; symlinks
         /etc/cni/net.d/01-default.<ext> to `cni-conf-file` (after removing any
         01-default.*); blocked "Missing CNI relation or config" until
-        `cni-conf-file` arrives; uses `cidr` as the cluster cidr (written to
-        CLUSTER_ARGS).
+        `cni-conf-file` arrives, before it touches the link (a link to a CNI
+        that went stays, dangling; `ignore-missing-cni` removes it); uses
+        `cidr` as the cluster cidr (written to CLUSTER_ARGS).
 
 What Charmed Kubernetes has beside them (certificates, kube-control,
 container runtime) is taken as ready; tests make a step not ready with
@@ -248,7 +249,7 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
         "etcd": {"interface": "etcd", "role": "requires", "scope": "global"},
     }
     config_defaults = {"image-registry": IMAGE_REGISTRY, "service-cidr": SERVICE_CIDR,
-                       "default-cni": ""}
+                       "default-cni": "", "ignore-missing-cni": False}
 
     def __init__(self, name: str = "kubernetes-control-plane", **kw):
         super().__init__(name, **kw)
@@ -267,9 +268,11 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
                            "kubeconfig-hash": self.kubeconfig_hash(ctx),
                            "service-cidr": config["service-cidr"]})
         conf_file = self.cni_value(ctx, "cni-conf-file", config.get("default-cni") or "")
-        self.set_default_cni_conf_file(ctx, conf_file)
-        if not conf_file:
+        if not conf_file and not config.get("ignore-missing-cni"):
+            # MissingCNIError aborts the reconcile before the link is touched:
+            # a 01-default.* made for a CNI that has gone stays, dangling.
             raise NotReady("blocked", "Missing CNI relation or config")
+        self.set_default_cni_conf_file(ctx, conf_file)
 
     def require_etcd(self, ctx: HookContext) -> None:
         keys = ("connection_string", "client_ca", "client_cert", "client_key")
