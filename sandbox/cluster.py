@@ -131,6 +131,7 @@ class Timings:
 class Cluster:
     def __init__(self, charm_dir: Path, resource: Path, *, workers: int = 2,
                  worker_generation: str = "reactive", control_plane: bool = False,
+                 routed_workers: int = 0,
                  say: Callable[[str], None] = lambda _: None,
                  workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
@@ -141,6 +142,8 @@ class Cluster:
         self.worker_count = workers
         self.worker_generation = worker_generation
         self.with_control_plane = control_plane
+        # the last `routed_workers` workers sit on a second subnet behind a router
+        self.routed_workers = routed_workers
         self.say = say
         self.timings = Timings()
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="flannel-sandbox-")
@@ -205,8 +208,12 @@ class Cluster:
                                    netns=self.network.netns_for(ETCD)).start()
             names = [CONTROL_PLANE_MACHINE] if self.with_control_plane else []
             names += [f"m{n}" for n in range(1, self.worker_count + 1)]
+            routed = set(names[len(names) - self.routed_workers:]) if self.routed_workers else ()
+            if routed:
+                self.network.add_routed_segment()
             for name in names:
-                machine = Machine(name, self.network).start()
+                machine = Machine(name, self.network,
+                                  segment="routed" if name in routed else "main").start()
                 self.machines[machine.name] = machine
         principals = f"{self.worker_generation} kubernetes-worker" + (
             " and kubernetes-control-plane" if self.with_control_plane else "")
@@ -316,8 +323,9 @@ class Cluster:
             if units and all(s == state for s, _ in seen.values()):
                 return {u: m for u, (_, m) in seen.items()}
             if time.monotonic() > deadline:
+                failed = "".join(f"\nfailed: {line}" for line in self.failed_hooks())
                 raise ClusterError(f"flannel units not {state} after {timeout:.0f}s: {seen}\n"
-                                   + self.controller.format_status())
+                                   + self.controller.format_status() + failed)
             time.sleep(1.0)
             self.controller.update_status(FLANNEL)
             self.settle()

@@ -161,9 +161,10 @@ class MachineError(RuntimeError):
 
 class Machine:
     def __init__(self, name: str, network: TestNetwork, address: str | None = None,
-                 keep_state: bool = False):
+                 keep_state: bool = False, segment: str = "main"):
         self.name = name
         self.network = network
+        self.segment = segment   # which of the network's segments eth0 is on
         self.netns = network.prefix + name
         self.state_dir = state_root() / self.netns
         self._want_address = address
@@ -187,6 +188,11 @@ class Machine:
 
     def __repr__(self) -> str:
         return f"Machine({self.name!r}, netns={self.netns!r}, address={self.address!r})"
+
+    @property
+    def subnet(self):
+        """The subnet of the segment eth0 is on."""
+        return self.network.segments[self.segment].subnet
 
     # --- lifecycle ----------------------------------------------------------
     @property
@@ -250,7 +256,8 @@ class Machine:
         if self.holder is not None:
             return self
         overlays = self._prepare_state()
-        att = self.network.attach(self.name, self._want_address, kind="machine")
+        att = self.network.attach(self.name, self._want_address, kind="machine",
+                                  segment=self.segment)
         self.address = att.address
         self.iface = att.ifname
         cfg = {"overlays": overlays, "keep": ["/run/netns", str(state_root())]}

@@ -4,9 +4,10 @@ A :class:`TestNetwork` is a dedicated "switch" network namespace holding a
 Linux bridge.  Every namespace attached to it (a machine, etcd's namespace)
 gets a veth pair whose one end is a port of that bridge and whose other end,
 ``eth0`` in the attached namespace, carries an address of the test subnet.
-Nothing is routed: no namespace gets a default route, the root namespace gets
-no address and no link on the segment, so no packet can leave to a real
-network.  Several networks may exist at once (each engineer's test run has its
+No namespace gets a default route, the root namespace gets no address and
+no link on the segment, so no packet can leave to a real network; a second
+segment (add_routed_segment) is reached only through the network's own
+router namespace.  Several networks may exist at once (each engineer's test run has its
 own): they are fully separate, even with the same subnet.
 
 Names: every namespace is ``flsb-<tag>-<name>`` (the switch is
@@ -29,6 +30,8 @@ API::
         net.address_of("etcd") -> "172.31.254.2"
         net.attach(name, address=None, kind="machine") -> Attachment
         net.add_interface(name, "eth1") -> address    # a second NIC on the segment
+        net.add_routed_segment() -> Segment           # 172.31.253.0/24 behind a router
+        net.attach(name, kind="machine", segment="routed")
         net.detach(name)                              # kills its processes, deletes it
     cleanup_stale(force=False) -> list[str]           # what it removed
     netns_pids(netns) -> list[int]; kill_netns_processes(netns); delete_netns(netns)
@@ -57,6 +60,9 @@ DEFAULT_SUBNET = "172.31.254.0/24"
 NETNS_DIR = Path("/run/netns")
 IFNAME = "eth0"
 BRIDGE = "br0"
+# add_routed_segment: the second segment's subnet, and the router between them
+ROUTED_SUBNET = "172.31.253.0/24"
+ROUTER = "router"
 
 
 def state_root() -> Path:
@@ -267,6 +273,16 @@ class Attachment:
     prefixlen: int
     ifname: str        # its interface on the segment, inside netns ("eth0")
     port: str          # the veth end in the switch namespace
+    segment: str = "main"   # the segment it is on (add_routed_segment)
+
+
+@dataclass
+class Segment:
+    """One L2 segment of the network: a bridge in the switch namespace."""
+    name: str
+    subnet: ipaddress.IPv4Network
+    bridge: str
+    gateway: str | None = None   # the router's address on it, once there is one
 
 
 class TestNetwork:
@@ -284,6 +300,7 @@ class TestNetwork:
         self.tag = tag
         self.prefix = f"{PREFIX}{self.tag}-"
         self.switch = self.prefix + "switch"
+        self.segments: dict[str, Segment] = {"main": Segment("main", self.subnet, BRIDGE)}
         self._attached: dict[str, Attachment] = {}
         self._extra_addresses: dict[str, str] = {}   # "m1-eth1" -> address (add_interface)
         self._extra_links: list[tuple[str, str]] = []   # (attachment, ifname) (add_interface)
@@ -344,9 +361,11 @@ class TestNetwork:
         self.destroy()
 
     # --- attachments --------------------------------------------------------
-    def _pick_address(self, name: str, kind: str) -> str:
-        hosts = list(self.subnet.hosts())
+    def _pick_address(self, name: str, kind: str, segment: str = "main") -> str:
+        subnet = self.segments[segment].subnet
+        hosts = list(subnet.hosts())
         used = {a.address for a in self._attached.values()} | set(self._extra_addresses.values())
+        used |= {seg.gateway for seg in self.segments.values() if seg.gateway}
         if name == "etcd":
             candidates = [hosts[1]]
         elif kind == "machine":
@@ -356,23 +375,26 @@ class TestNetwork:
         for addr in candidates:
             if str(addr) not in used:
                 return str(addr)
-        raise RuntimeError(f"no free {kind} address left on {self.subnet}")
+        raise RuntimeError(f"no free {kind} address left on {subnet}")
 
-    def attach(self, name: str, address: str | None = None, kind: str = "service") -> Attachment:
-        """Create namespace `flsb-<tag>-<name>` with eth0 on the segment."""
+    def attach(self, name: str, address: str | None = None, kind: str = "service",
+               segment: str = "main") -> Attachment:
+        """Create namespace `flsb-<tag>-<name>` with eth0 on `segment` (routes
+        to the other segments through the router, if there is one)."""
         if not self.created:
             raise RuntimeError("TestNetwork.create() first")
         if name in self._attached:
             raise ValueError(f"{name!r} is already attached")
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
             raise ValueError(f"bad name {name!r}: lowercase letters, digits and '-' only")
-        address = address or self._pick_address(name, kind)
-        if ipaddress.ip_address(address) not in self.subnet:
-            raise ValueError(f"{address} is not in {self.subnet}")
+        seg = self.segments[segment]
+        address = address or self._pick_address(name, kind, segment)
+        if ipaddress.ip_address(address) not in seg.subnet:
+            raise ValueError(f"{address} is not in {seg.subnet}")
         netns = self.prefix + name
         self._ports += 1
         port = f"port{self._ports}"
-        att = Attachment(name, netns, address, self.subnet.prefixlen, IFNAME, port)
+        att = Attachment(name, netns, address, seg.subnet.prefixlen, IFNAME, port, segment)
         run(["ip", "netns", "add", netns])
         self._attached[name] = att
         try:
@@ -381,30 +403,69 @@ class TestNetwork:
             # Both ends are born in namespaces of ours: the root namespace
             # never holds a link of the segment, not even for a moment.
             run(sw + ["link", "add", port, "type", "veth", "peer", "name", IFNAME, "netns", netns])
-            run(sw + ["link", "set", port, "master", BRIDGE])
+            run(sw + ["link", "set", port, "master", seg.bridge])
             run(sw + ["link", "set", port, "up"])
             run(inside + ["link", "set", "lo", "up"])
-            run(inside + ["addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", IFNAME])
+            run(inside + ["addr", "add", f"{address}/{seg.subnet.prefixlen}", "dev", IFNAME])
             run(inside + ["link", "set", IFNAME, "up"])
+            self._route_to_other_segments(att)
         except Exception:
             self.detach(name)
             raise
         return att
+
+    def _route_to_other_segments(self, att: Attachment) -> None:
+        gateway = self.segments[att.segment].gateway
+        if gateway is None or att.name == ROUTER:
+            return
+        for seg in self.segments.values():
+            if seg.name != att.segment:
+                run(["ip", "-n", att.netns, "route", "add", str(seg.subnet), "via", gateway])
+
+    def add_routed_segment(self, subnet: str = ROUTED_SUBNET, name: str = "routed") -> Segment:
+        """A second segment (`subnet`, its own bridge) behind a router
+        namespace on the main one: machines attached to it reach the main
+        segment's (and etcd) through the router, one hop away, as nodes in
+        another rack or availability zone do. Every attachment, before and
+        after, gets a route to the other segment through the router."""
+        main = self.segments["main"]
+        seg = Segment(name, ipaddress.ip_network(subnet), f"br-{name}"[:15])
+        sw = ["ip", "-n", self.switch]
+        run(sw + ["link", "add", seg.bridge, "type", "bridge"])
+        run(sw + ["link", "set", seg.bridge, "up"])
+        router = self.attach(ROUTER, kind="service")
+        self.segments[name] = seg
+        seg.gateway = str(next(seg.subnet.hosts()))
+        self._ports += 1
+        port = f"port{self._ports}"
+        inside = ["ip", "-n", router.netns]
+        run(sw + ["link", "add", port, "type", "veth", "peer", "name", "eth1", "netns",
+                  router.netns])
+        run(sw + ["link", "set", port, "master", seg.bridge])
+        run(sw + ["link", "set", port, "up"])
+        run(inside + ["addr", "add", f"{seg.gateway}/{seg.subnet.prefixlen}", "dev", "eth1"])
+        run(inside + ["link", "set", "eth1", "up"])
+        run(["ip", "netns", "exec", router.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        self._extra_links.append((ROUTER, "eth1"))
+        main.gateway = router.address
+        for att in self._attached.values():
+            self._route_to_other_segments(att)
+        return seg
 
     def add_interface(self, name: str, ifname: str, address: str | None = None) -> str:
         """One more link of attachment `name` on the segment (`ifname`, up,
         with a free machine address or `address`): a machine's second NIC.
         Returns its address; it goes with the attachment's namespace."""
         att = self._attached[name]
-        address = address or self._pick_address(f"{name}-{ifname}", "machine")
+        address = address or self._pick_address(f"{name}-{ifname}", "machine", att.segment)
         self._ports += 1
         port = f"port{self._ports}"
         sw = ["ip", "-n", self.switch]
         inside = ["ip", "-n", att.netns]
         run(sw + ["link", "add", port, "type", "veth", "peer", "name", ifname, "netns", att.netns])
-        run(sw + ["link", "set", port, "master", BRIDGE])
+        run(sw + ["link", "set", port, "master", self.segments[att.segment].bridge])
         run(sw + ["link", "set", port, "up"])
-        run(inside + ["addr", "add", f"{address}/{self.subnet.prefixlen}", "dev", ifname])
+        run(inside + ["addr", "add", f"{address}/{att.prefixlen}", "dev", ifname])
         run(inside + ["link", "set", ifname, "up"])
         self._extra_addresses[f"{name}-{ifname}"] = address
         self._extra_links.append((name, ifname))
@@ -414,11 +475,12 @@ class TestNetwork:
         """The segment's MTU (a jumbo-frame LAN, a tunnel's smaller one): the
         bridge, every port and every attachment's links on the segment."""
         sw = ["ip", "-n", self.switch]
-        ports = [link["ifname"] for link in json.loads(
-            run(sw + ["-j", "link", "show", "master", BRIDGE]).stdout or "[]")]
-        for port in ports:
-            run(sw + ["link", "set", port, "mtu", str(mtu)])
-        run(sw + ["link", "set", BRIDGE, "mtu", str(mtu)])
+        for seg in self.segments.values():
+            ports = [link["ifname"] for link in json.loads(
+                run(sw + ["-j", "link", "show", "master", seg.bridge]).stdout or "[]")]
+            for port in ports:
+                run(sw + ["link", "set", port, "mtu", str(mtu)])
+            run(sw + ["link", "set", seg.bridge, "mtu", str(mtu)])
         for att in self._attached.values():
             run(["ip", "-n", att.netns, "link", "set", att.ifname, "mtu", str(mtu)])
         for name, ifname in self._extra_links:

@@ -78,7 +78,7 @@ class ModelOperations:
             mac = links[0].get("address") if links else None
         except Exception:  # noqa: BLE001  (the MAC is cosmetic)
             mac = None
-        subnet = getattr(getattr(machine, "network", None), "subnet", None)
+        subnet = getattr(machine, "subnet", None)
         return self.add_machine(MachineExecutor(machine), address=machine.address,
                                 interface=machine.iface, cidr=str(subnet) if subnet else None,
                                 mac=mac, hostname=machine.name, name=machine.name)

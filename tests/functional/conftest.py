@@ -171,9 +171,12 @@ def open_cluster(built_charm, resource):
                           say=lambda text: say(f"[{label}] {text}"), **options)
         CLUSTER_TIMINGS.append((label, cluster.timings))
         with cluster:
-            yield cluster
-            failed = cluster.failed_hooks()
-            if failed:
-                say(f"[{label}] hooks that failed during the run:\n  " + "\n  ".join(failed))
+            try:
+                yield cluster
+            finally:   # a failing test's hooks too: their stderr says why
+                failed = cluster.failed_hooks() if cluster.controller else []
+                if failed:
+                    say(f"[{label}] hooks that failed during the run:\n  "
+                        + "\n  ".join(failed))
 
     return opener

@@ -48,6 +48,27 @@ def test_attach_addresses_and_reachability(test_network):
     assert "port1" not in run(["ip", "link", "show"]).stdout
 
 
+def test_a_routed_segment_is_one_hop_behind_the_router(test_network):
+    net = test_network
+    m1 = net.attach("m1", kind="machine")
+    net.netns_for("etcd")
+    seg = net.add_routed_segment()
+    m3 = net.attach("m3", kind="machine", segment="routed")
+    assert seg.subnet == ipaddress.ip_network(netmod.ROUTED_SUBNET)
+    assert ipaddress.ip_address(m3.address) in seg.subnet
+    router = net.attachment(netmod.ROUTER)
+    # both ways, etcd included, through the router: m1 and etcd got their
+    # route when the segment came, m3 when it was attached
+    assert ping_from_netns(m1.netns, m3.address, count=3, wait=1.0) >= 2
+    assert ping_from_netns(m3.netns, net.address_of("etcd"), count=3, wait=1.0) >= 2
+    [to_m3] = json.loads(run(["ip", "-n", m1.netns, "-j", "route", "get", m3.address]).stdout)
+    assert to_m3["gateway"] == router.address
+    [to_m1] = json.loads(run(["ip", "-n", m3.netns, "-j", "route", "get", m1.address]).stdout)
+    assert to_m1["gateway"] == seg.gateway
+    # still nothing beyond the two segments
+    assert run(["ip", "-n", m3.netns, "route", "get", "1.1.1.1"], check=False).returncode != 0
+
+
 # Answers ICMP echoes after argv[1] seconds (from inside a namespace whose
 # kernel does not answer them itself).
 LATE_RESPONDER = r"""

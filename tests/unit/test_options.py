@@ -243,3 +243,22 @@ def test_host_gw_takes_no_mtu():
         "Invalid mtu: 1400 cannot be given to host-gw, which has no MTU of its own (pods get "
         "the interface's); use 0, or the vxlan backend")
     assert parse_options(config(backend="host-gw", mtu=0)).mtu == 0
+
+
+# -- direct-routing ---------------------------------------------------------------
+
+def test_direct_routing_reaches_the_vxlan_backend():
+    assert network_config(parse_options(config(**{"direct-routing": True})))["Backend"] == {
+        "Type": "vxlan", "VNI": 1, "DirectRouting": True}
+    assert "DirectRouting" not in network_config(parse_options(config()))["Backend"]
+
+
+def test_direct_routing_is_refused_for_host_gw_and_must_be_a_boolean():
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(backend="host-gw", **{"direct-routing": True}))
+    assert str(error.value) == (
+        "Invalid direct-routing: applies to vxlan only (host-gw routes every node directly "
+        "already); set it to false, or use the vxlan backend")
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(**{"direct-routing": "yes"}))
+    assert str(error.value) == 'Invalid direct-routing: "yes" is not true or false'

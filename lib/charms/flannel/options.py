@@ -44,6 +44,7 @@ DEFAULTS: Mapping[str, object] = {
     "port": 0,
     "vni": 1,
     "mtu": 0,
+    "direct-routing": False,
 }
 
 # Ranges a pod network must not overlap: packets there never reach a pod.
@@ -82,6 +83,7 @@ class NetworkOptions:
     port: int  # 0 = the kernel's default vxlan port
     iface: str  # "" = let the charm pick the binding's interface
     mtu: int = 0  # the vxlan packets' MTU on the wire; 0 = the interface's (flanneld's choice)
+    direct_routing: bool = False  # vxlan: plain routes to nodes on the same subnet
 
 
 def parse_options(config: Mapping[str, object]) -> NetworkOptions:
@@ -115,6 +117,7 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
             "flannel.<vni> must fit Linux's 15-character names)",
         )
     mtu = _parse_mtu(get("mtu"), backend)
+    direct_routing = _parse_direct_routing(get("direct-routing"), backend)
 
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
     if subnet_len < shortest:
@@ -131,7 +134,7 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
         )
     return NetworkOptions(
         cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface,
-        mtu=mtu,
+        mtu=mtu, direct_routing=direct_routing,
     )
 
 
@@ -145,6 +148,8 @@ def network_config(options: NetworkOptions) -> dict[str, Any]:
             backend["Port"] = options.port
         if options.mtu:  # absent = the interface's MTU (flanneld's default)
             backend["MTU"] = options.mtu
+        if options.direct_routing:  # absent = every node through the vxlan device
+            backend["DirectRouting"] = True
     return {
         "Network": str(options.cidr),
         "SubnetLen": options.subnet_len,
@@ -212,6 +217,16 @@ def _parse_mtu(value: object, backend: str) -> int:
                    f"less vxlan's {VXLAN_OVERHEAD} bytes, at least {MIN_POD_MTU}), or 0 for "
                    "the interface's MTU")
     return mtu
+
+
+def _parse_direct_routing(value: object, backend: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidOption("direct-routing", f"{_quoted(value)} is not true or false")
+    if value and backend != "vxlan":
+        raise InvalidOption(
+            "direct-routing", f"applies to vxlan only ({backend} routes every node directly "
+                              "already); set it to false, or use the vxlan backend")
+    return value
 
 
 def _parse_backend(value: object) -> str:
