@@ -2,16 +2,18 @@
 python -m sandbox bench --charm DIR [--resource TARBALL] [--json FILE] [--machines 1,4,16]
 python -m sandbox faults --charm DIR [--resource TARBALL] [--only TEXT] [--soak]
 python -m sandbox soak --charm DIR [--resource TARBALL] [--cycles 50] [--json FILE]
+python -m sandbox dataplane --charm DIR [--resource TARBALL] [--seconds 3] [--json FILE]
 python -m sandbox charmcraft-pack [--platform ubuntu-22.04-amd64] [--out DIR]
 
 --charm takes a built charm directory or a packed .charm."""
 import sys
 
-from sandbox import bench, charmcraft_pack, demo, soak
+from sandbox import bench, charmcraft_pack, dataplane, demo, soak
 from sandbox.faults import runner as faults
 
 COMMANDS = {"demo": demo.main, "bench": bench.main, "faults": faults.main,
-            "soak": soak.main, "charmcraft-pack": charmcraft_pack.main}
+            "soak": soak.main, "dataplane": dataplane.main,
+            "charmcraft-pack": charmcraft_pack.main}
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [] or sys.argv[1] not in COMMANDS:
