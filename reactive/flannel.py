@@ -182,9 +182,12 @@ def configure_network():
         return  # blocked; etcd and the running flanneld are left as they were
     conflict = _cidr_conflict(options)
     _problem("cidr", str(conflict) if conflict else None)
-    too_big = _mtu_problem(options)
-    _problem("mtu", str(too_big) if too_big else None)
-    if conflict or too_big:
+    # An mtu is checked against flanneld's interface before etcd holds it
+    # (an iface that is not there leaves nothing to check it against).
+    unfit = _interface_problems(options) if options.mtu else False
+    if not options.mtu:
+        _problem("mtu", None)
+    if conflict or unfit:
         return  # blocked; etcd and the running flanneld are left as they were
     from charms.flannel.network import EtcdUnavailable, NetworkStore, write_network
     etcd = endpoint_from_flag("etcd.available")
@@ -238,19 +241,41 @@ def _cidr_conflict(options):
     return host_network.cidr_conflict(options.cidr, networks)
 
 
-def _flanneld_link(options):
+def _flanneld_iface(options) -> str:
+    """What flanneld's -iface names: the option, else the cni binding's interface."""
+    return options.iface or _binding_interface("cni")
+
+
+def _flanneld_link(options, links=None):
     """The link flanneld sends on (host_network.Link), None if not found."""
     from charms.flannel import host_network
-    iface = options.iface or _binding_interface("cni")
-    return host_network.find_link(iface, host_network.read_links()) if iface else None
-
-
-def _mtu_problem(options):
-    """An `mtu` bigger than flanneld's interface carries: an InvalidOption, or None."""
-    if not options.mtu:
+    iface = _flanneld_iface(options)
+    if not iface:
         return None
+    return host_network.find_link(iface, host_network.read_links() if links is None else links)
+
+
+def _interface_problems(options) -> bool:
+    """`iface` (when given) and `mtu` against this machine's links, recorded
+    as the unit's problems; True if either is one. Checked before anything
+    restarts, and for an mtu before etcd holds it: a flanneld started on a
+    missing, down or address-less interface fails or carries nothing, and
+    vxlan packets bigger than the interface are fragmented or dropped."""
     from charms.flannel import host_network
-    return host_network.mtu_problem(options.mtu, _flanneld_link(options))
+    links = host_network.read_links()
+    unfit = host_network.iface_problem(options.iface, links) if options.iface else None
+    too_big = None
+    if not unfit and options.mtu:
+        too_big = host_network.mtu_problem(options.mtu, _flanneld_link(options, links))
+    _problem("iface", str(unfit) if unfit else None)
+    _problem("mtu", str(too_big) if too_big else None)
+    return bool(unfit or too_big)
+
+
+def _underlay_mtu(options):
+    """The MTU of the link flanneld sends on, None if unknown."""
+    link = _flanneld_link(options)
+    return link.mtu if link is not None and link.mtu else None
 
 
 def _service_cidr():
@@ -303,17 +328,8 @@ def run_flanneld():
     options = _options()
     if options is None:
         return
-    if options.iface:
-        # Checked before anything restarts: a flanneld started on a missing,
-        # down or address-less interface fails or carries nothing, and the
-        # node loses its overlay.
-        from charms.flannel import host_network
-        unfit = host_network.iface_problem(options.iface, host_network.read_links())
-        _problem("iface", str(unfit) if unfit else None)
-        if unfit:
-            return
-    else:
-        _problem("iface", None)
+    if _interface_problems(options):
+        return  # blocked; flanneld runs on as it was
     etcd = endpoint_from_flag("etcd.available")
     try:
         # relation data is input: only parsed endpoints reach the unit file
@@ -330,8 +346,8 @@ def run_flanneld():
         return
     if service.restart_if_changed(
             record, state, _systemd, confirmed=confirmed, files=client_files(),
-            iface=options.iface or _binding_interface("cni"), active=_flanneld_active,
-            underlay_mtu=getattr(_flanneld_link(options), "mtu", None) or None,
+            iface=_flanneld_iface(options), active=_flanneld_active,
+            underlay_mtu=_underlay_mtu(options),
             moved=lambda old, new: teardown.best_effort(
                 "give the lease back for the new address",
                 lambda: _keep_subnet_for_new_address(etcd, old, new), _log),
@@ -353,7 +369,7 @@ def _install_unit_file(record: InstallRecord, options, etcd, endpoints) -> None:
     unit_file = render.render_service(
         _templates(), endpoints=endpoints, ca_file=files.ca_file,
         cert_file=files.cert_file, key_file=files.key_file,
-        iface=options.iface or _binding_interface("cni"))
+        iface=_flanneld_iface(options))
     rewritten = record.install(paths.SERVICE_FILE, unit_file.encode(), 0o644, sole=True)
     if rewritten and state.unit_file_inputs == inputs:
         # the same bytes the charm wrote before, over someone's edit that
@@ -547,7 +563,7 @@ def _network_inputs(options, etcd) -> str:
 
 
 def _unit_file_inputs(options, etcd) -> str:
-    return _digest(etcd.connection_string(), options.iface or _binding_interface("cni"),
+    return _digest(etcd.connection_string(), _flanneld_iface(options),
                    _file_digest(_templates() / "flannel.service"))
 
 

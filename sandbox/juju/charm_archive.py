@@ -27,10 +27,17 @@ def unpack(archive: Path, dest: Path) -> Path:
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             if stat.S_ISLNK(mode):
-                target.symlink_to(z.read(info).decode())
+                link = z.read(info).decode()
+                pointed = (target.parent / link).resolve()
+                if link.startswith("/") or (root not in pointed.parents and pointed != root):
+                    raise BadCharmArchive(f"{archive}: {info.filename} links out of the charm")
+                target.symlink_to(link)
                 continue
             target.write_bytes(z.read(info))
-            target.chmod(stat.S_IMODE(mode) or 0o644)
+            file_mode = stat.S_IMODE(mode) or 0o644
+            if info.filename.startswith("hooks/"):
+                file_mode |= 0o100   # Juju makes every hook executable
+            target.chmod(file_mode)
     if not (dest / "metadata.yaml").is_file():
         raise BadCharmArchive(f"{archive} holds no metadata.yaml: not a charm")
     return dest

@@ -86,3 +86,24 @@ def test_an_mtu_the_interface_cannot_carry_is_refused_and_nothing_moves(cluster)
         cluster.configure(mtu=9000)
         cluster.wait_for_flannel(timeout=120)
     assert {m: cluster.flanneld_pids(m) for m in MACHINES} == pids
+
+
+def test_moving_flanneld_to_a_smaller_interface_is_refused_with_the_mtu(cluster):
+    """An iface change is checked against the mtu too: flanneld moved to a
+    1500-byte eth1 with mtu 9000 would send vxlan packets eth1 cannot carry
+    (the mtu was once checked only when the network config changed)."""
+    for m in MACHINES:
+        cluster.network.add_interface(m, "eth1")
+    pids = {m: cluster.flanneld_pids(m) for m in MACHINES}
+    try:
+        cluster.configure(iface="eth1")
+        messages = cluster.wait_for_flannel(timeout=120, state="blocked")
+        for unit, message in messages.items():
+            assert message == ("Invalid mtu: 9000 is more than the MTU of eth1 (1500), which "
+                               "flanneld sends vxlan packets on; use at most 1500, or 0 for "
+                               "the interface's"), f"{unit}: {message}"
+        assert {m: cluster.flanneld_pids(m) for m in MACHINES} == pids, "flanneld restarted"
+    finally:
+        cluster.configure(iface="")
+        cluster.wait_for_flannel(timeout=120)
+    assert {m: cluster.flanneld_pids(m) for m in MACHINES} == pids

@@ -36,3 +36,21 @@ def test_a_member_outside_the_charm_dir_is_refused(tmp_path):
 def test_an_archive_without_metadata_is_not_a_charm(tmp_path):
     with pytest.raises(BadCharmArchive, match="not a charm"):
         unpack(archive(tmp_path / "x.zip", [("README", b"", 0o644)]), tmp_path / "flannel")
+
+
+def test_a_symlink_out_of_the_charm_is_refused(tmp_path):
+    path = tmp_path / "x.charm"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("metadata.yaml", "")
+        info = zipfile.ZipInfo("lib/passwd")
+        info.external_attr = (0o120777) << 16
+        z.writestr(info, "../../../etc/passwd")
+    with pytest.raises(BadCharmArchive, match="links out of the charm"):
+        unpack(path, tmp_path / "flannel")
+
+
+def test_a_hook_packed_without_modes_is_made_executable(tmp_path):
+    charm = unpack(archive(tmp_path / "x.charm", [("metadata.yaml", b"", 0o644),
+                                                  ("hooks/stop", b"#!/bin/sh\n", 0)]),
+                   tmp_path / "flannel")
+    assert (charm / "hooks/stop").stat().st_mode & 0o100

@@ -146,15 +146,25 @@ def test_the_bridge_gets_the_pods_new_mtu(fake_ip, tmp_path):
     fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
                    bridge_mtu=1350)
     gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     vxlan_mtu=8950)
+                                     vxlan_mtu=8950, pod_mtu=8950)
     assert gone.bridge_mtu == (1350, 8950) and fake.mtu_set == [("cni0", 8950)]
+
+
+def test_host_gw_pods_get_the_interface_mtu_and_the_bridge_follows(fake_ip, tmp_path):
+    config = {"Network": "10.3.0.0/16", "Backend": {"Type": "host-gw"}}
+    assert daemon.pod_mtu(config, 1500) == 1500
+    assert daemon.pod_mtu({"Backend": {"Type": "vxlan", "MTU": 1400}}, 1500) == 1350
+    fake = fake_ip([inet("10.3.7.1", 24)], bridge_mtu=1350)   # left from vxlan
+    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", None,
+                                     pod_mtu=daemon.pod_mtu(config, 1500))
+    assert gone.bridge_mtu == (1350, 1500) and fake.mtu_set == [("cni0", 1500)]
 
 
 def test_the_device_with_the_wanted_mtu_is_kept(fake_ip, tmp_path):
     fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
                    bridge_mtu=1350)
     gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     vxlan_mtu=1350)
+                                     vxlan_mtu=1350, pod_mtu=1350)
     assert gone.vxlan_links == [] and fake.links_deleted == [] and fake.mtu_set == []
     assert not gone
 

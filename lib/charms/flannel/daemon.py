@@ -68,6 +68,15 @@ def vxlan_device_mtu(config: dict, underlay_mtu: Optional[int]) -> Optional[int]
     return int(wire) - VXLAN_OVERHEAD if wire else None
 
 
+def pod_mtu(config: dict, underlay_mtu: Optional[int]) -> Optional[int]:
+    """The MTU flanneld gives pods (FLANNEL_MTU) for a network config: the
+    vxlan device's, or for host-gw the interface's; None when not known."""
+    backend = config.get("Backend") or {}
+    if backend.get("Type", "vxlan") == "vxlan":
+        return vxlan_device_mtu(config, underlay_mtu)
+    return underlay_mtu
+
+
 def vxlan_link_name(vni: int) -> str:
     """The vxlan device flanneld makes for `vni`: flannel.<VNI>."""
     return f"flannel.{vni}"
@@ -146,7 +155,8 @@ class Forgotten:
 
 def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                        subnet_env: Path, vxlan_link: Optional[str],
-                       bridge: str = POD_BRIDGE, vxlan_mtu: Optional[int] = None) -> Forgotten:
+                       bridge: str = POD_BRIDGE, vxlan_mtu: Optional[int] = None,
+                       pod_mtu: Optional[int] = None) -> Forgotten:
     """While flanneld is stopped, before it starts again: drop what belongs
     to a previous network.
 
@@ -162,7 +172,7 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
       VNI; None for a backend without one): a VNI change renames the device;
       and `vxlan_link` itself if its MTU is not `vxlan_mtu` (when known): an
       `mtu` change, which flanneld would not apply to a device it finds.
-    - The bridge's MTU, set to `vxlan_mtu` (the pods' MTU) if it is another:
+    - The bridge's MTU, set to `pod_mtu` (FLANNEL_MTU) if it is another:
       the bridge plugin sets it only when it creates the bridge, and a bridge
       left smaller than the pods turns their large packets from other nodes
       away ("fragmentation needed").
@@ -181,10 +191,12 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                            check=True, capture_output=True)
             gone.bridge_addresses.append(address)
         bridge_mtu = links[0].get("mtu") if links else None
-        if vxlan_mtu is not None and bridge_mtu is not None and bridge_mtu != vxlan_mtu:
-            subprocess.run(["ip", "link", "set", "dev", bridge, "mtu", str(vxlan_mtu)],
-                           check=True, capture_output=True)
-            gone.bridge_mtu = (bridge_mtu, vxlan_mtu)
+        if pod_mtu is not None and bridge_mtu is not None and bridge_mtu != pod_mtu:
+            # (a refusal leaves the bridge as it was: new pods still start)
+            done = subprocess.run(["ip", "link", "set", "dev", bridge, "mtu", str(pod_mtu)],
+                                  capture_output=True)
+            if done.returncode == 0:
+                gone.bridge_mtu = (bridge_mtu, pod_mtu)
     try:
         env = read_subnet_env(subnet_env)
     except ValueError:   # garbage: flanneld will write it anew

@@ -207,15 +207,15 @@ def _parse_mtu(value: object, backend: str) -> int:
     mtu = _parse_int("mtu", value)
     if mtu == 0:
         return 0
-    if backend != "vxlan":
-        raise InvalidOption(
-            "mtu", f"{mtu} cannot be given to {backend}, which has no MTU of its own (pods get "
-                   "the interface's); use 0, or the vxlan backend")
     if not MIN_MTU <= mtu <= MAX_MTU:
         raise InvalidOption(
             "mtu", f"{mtu} is out of range; use {MIN_MTU} to {MAX_MTU} (pods get the mtu "
                    f"less vxlan's {VXLAN_OVERHEAD} bytes, at least {MIN_POD_MTU}), or 0 for "
                    "the interface's MTU")
+    if backend != "vxlan":
+        raise InvalidOption(
+            "mtu", f"{mtu} cannot be given to {backend}, which has no MTU of its own (pods get "
+                   "the interface's); use 0, or the vxlan backend")
     return mtu
 
 
