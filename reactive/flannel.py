@@ -236,7 +236,7 @@ def _cidr_conflict(options):
     from charms.flannel import host_network
     served = leftovers.pod_networks(confirmed, paths.SUBNET_ENV)
     pod_networks = [network for network, _ in served]
-    networks = host_network.machine_networks(host_network.read_links(),
+    networks = host_network.machine_networks(_machine_links(),
                                              host_network.read_routes(), pod_networks)
     return host_network.cidr_conflict(options.cidr, networks)
 
@@ -246,13 +246,24 @@ def _flanneld_iface(options) -> str:
     return options.iface or _binding_interface("cni")
 
 
-def _flanneld_link(options, links=None):
+_hook_links = None  # this hook's `ip -j addr show`: read once
+
+
+def _machine_links():
+    """The machine's links (host_network.Link), read once per hook: what the
+    cidr, iface and mtu checks and the restart compare with."""
+    global _hook_links
+    if _hook_links is None:
+        from charms.flannel import host_network
+        _hook_links = host_network.read_links()
+    return _hook_links
+
+
+def _flanneld_link(options):
     """The link flanneld sends on (host_network.Link), None if not found."""
     from charms.flannel import host_network
     iface = _flanneld_iface(options)
-    if not iface:
-        return None
-    return host_network.find_link(iface, host_network.read_links() if links is None else links)
+    return host_network.find_link(iface, _machine_links()) if iface else None
 
 
 def _interface_problems(options) -> bool:
@@ -262,11 +273,11 @@ def _interface_problems(options) -> bool:
     missing, down or address-less interface fails or carries nothing, and
     vxlan packets bigger than the interface are fragmented or dropped."""
     from charms.flannel import host_network
-    links = host_network.read_links()
-    unfit = host_network.iface_problem(options.iface, links) if options.iface else None
+    unfit = (host_network.iface_problem(options.iface, _machine_links()) if options.iface
+             else None)
     too_big = None
     if not unfit and options.mtu:
-        too_big = host_network.mtu_problem(options.mtu, _flanneld_link(options, links))
+        too_big = host_network.mtu_problem(options.mtu, _flanneld_link(options))
     _problem("iface", str(unfit) if unfit else None)
     _problem("mtu", str(too_big) if too_big else None)
     return bool(unfit or too_big)
@@ -455,13 +466,12 @@ def _keep_subnet_for_new_address(etcd, old_iface: str, new_iface: str) -> None:
     `moved`), flanneld takes the subnet its subnet.env names again: pods keep
     their addresses and new ones start at once. Only a lease this machine
     holds is given back."""
-    from charms.flannel import host_network
     from charms.flannel.network import EtcdUnavailable, NetworkStore, give_lease_back
     env = read_lease(paths.SUBNET_ENV)
     if env is None:
         return
     subnet = str(env.subnet.network)
-    mine = {str(a.ip) for link in host_network.read_links() for a in link.addresses}
+    mine = {str(a.ip) for link in _machine_links() for a in link.addresses}
     try:
         with NetworkStore(_etcd_settings(etcd, timeout=3.0), preferred=_answered()) as store:
             given = give_lease_back(store, subnet, held_by=mine)

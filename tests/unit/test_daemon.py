@@ -138,7 +138,7 @@ def test_vni_change_deletes_the_old_vxlan_device_only(fake_ip, tmp_path):
 def test_an_mtu_change_recreates_the_device_flanneld_would_reuse(fake_ip, tmp_path):
     fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1450)])
     gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     vxlan_mtu=1350)
+                                     pod_mtu=1350)
     assert gone.vxlan_links == ["flannel.1"] and fake.links_deleted == ["flannel.1"]
 
 
@@ -146,7 +146,7 @@ def test_the_bridge_gets_the_pods_new_mtu(fake_ip, tmp_path):
     fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
                    bridge_mtu=1350)
     gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     vxlan_mtu=8950, pod_mtu=8950)
+                                     pod_mtu=8950)
     assert gone.bridge_mtu == (1350, 8950) and fake.mtu_set == [("cni0", 8950)]
 
 
@@ -164,7 +164,7 @@ def test_the_device_with_the_wanted_mtu_is_kept(fake_ip, tmp_path):
     fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
                    bridge_mtu=1350)
     gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     vxlan_mtu=1350, pod_mtu=1350)
+                                     pod_mtu=1350)
     assert gone.vxlan_links == [] and fake.links_deleted == [] and fake.mtu_set == []
     assert not gone
 

@@ -155,8 +155,7 @@ class Forgotten:
 
 def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                        subnet_env: Path, vxlan_link: Optional[str],
-                       bridge: str = POD_BRIDGE, vxlan_mtu: Optional[int] = None,
-                       pod_mtu: Optional[int] = None) -> Forgotten:
+                       bridge: str = POD_BRIDGE, pod_mtu: Optional[int] = None) -> Forgotten:
     """While flanneld is stopped, before it starts again: drop what belongs
     to a previous network.
 
@@ -170,8 +169,9 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
       addresses (and put the old gateway back on the bridge).
     - flanneld's vxlan devices other than `vxlan_link` (the one of the new
       VNI; None for a backend without one): a VNI change renames the device;
-      and `vxlan_link` itself if its MTU is not `vxlan_mtu` (when known): an
-      `mtu` change, which flanneld would not apply to a device it finds.
+      and `vxlan_link` itself if its MTU is not `pod_mtu` (when known; pods
+      get the device's MTU): an `mtu` change, which flanneld would not apply
+      to a device it finds.
     - The bridge's MTU, set to `pod_mtu` (FLANNEL_MTU) if it is another:
       the bridge plugin sets it only when it creates the bridge, and a bridge
       left smaller than the pods turns their large packets from other nodes
@@ -207,7 +207,8 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
             env.network != network or env.subnet.network.prefixlen != subnet_len)
     if gone.subnet_env:
         os.unlink(subnet_env)
-    gone.vxlan_links = delete_vxlan_links(keep=vxlan_link, keep_mtu=vxlan_mtu)
+    gone.vxlan_links = delete_vxlan_links(keep=vxlan_link,
+                                          keep_mtu=pod_mtu if vxlan_link else None)
     return gone
 
 

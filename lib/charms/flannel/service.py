@@ -65,7 +65,6 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     network, subnet_len, vni = daemon.network_shape(confirmed)
     forgotten = daemon.forget_old_network(
         network, subnet_len, subnet_env, daemon.vxlan_link_name(vni) if vni else None,
-        vxlan_mtu=daemon.vxlan_device_mtu(confirmed, underlay_mtu),
         pod_mtu=daemon.pod_mtu(confirmed, underlay_mtu))
     if forgotten:
         log("Dropped what the previous network left: {}".format(forgotten))
