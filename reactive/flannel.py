@@ -182,11 +182,13 @@ def configure_network():
         return  # blocked; etcd and the running flanneld are left as they were
     conflict = _cidr_conflict(options)
     _problem("cidr", str(conflict) if conflict else None)
-    # An mtu is checked against flanneld's interface before etcd holds it
-    # (an iface that is not there leaves nothing to check it against).
-    unfit = _interface_problems(options) if options.mtu else False
+    # An mtu, and IPv6, are checked against flanneld's interface before etcd
+    # holds them (an iface that is not there leaves nothing to check).
+    unfit = _interface_problems(options) if options.mtu or options.ipv6_cidr else False
     if not options.mtu:
         _problem("mtu", None)
+    if not options.ipv6_cidr:
+        _problem("ipv6", None)
     if conflict or unfit:
         return  # blocked; etcd and the running flanneld are left as they were
     from charms.flannel.network import EtcdUnavailable, NetworkStore, write_network
@@ -226,19 +228,25 @@ def configure_network():
 
 
 def _cidr_conflict(options):
-    """The cidr against this machine's networks and routes (host_network):
-    an InvalidOption, or None. (The service-cidr is checked with etcd's
+    """The cidr (and ipv6-cidr) against this machine's networks and routes
+    of its family (host_network): an InvalidOption, or None. (The service-cidr is checked with etcd's
     record of it, in configure_network.) The network etcd confirmed, which
     this node runs, is not refused: a refresh must not block a working node."""
     confirmed = _state().confirmed_network or {}
-    if confirmed.get("Network") == str(options.cidr):
-        return None
     from charms.flannel import host_network
     served = leftovers.pod_networks(confirmed, paths.SUBNET_ENV)
     pod_networks = [network for network, _ in served]
-    networks = host_network.machine_networks(_machine_links(),
-                                             host_network.read_routes(), pod_networks)
-    return host_network.cidr_conflict(options.cidr, networks)
+    for option, cidr in (("cidr", options.cidr), ("ipv6-cidr", options.ipv6_cidr)):
+        if cidr is None or str(cidr) in (confirmed.get("Network"),
+                                         confirmed.get("IPv6Network")):
+            continue
+        networks = host_network.machine_networks(
+            _machine_links(), host_network.read_routes(cidr.version), pod_networks,
+            version=cidr.version)
+        conflict = host_network.cidr_conflict(cidr, networks, option=option)
+        if conflict:
+            return conflict
+    return None
 
 
 def _flanneld_iface(options) -> str:
@@ -275,12 +283,15 @@ def _interface_problems(options) -> bool:
     from charms.flannel import host_network
     unfit = (host_network.iface_problem(options.iface, _machine_links()) if options.iface
              else None)
-    too_big = None
+    too_big = no_ipv6 = None
     if not unfit and options.mtu:
         too_big = host_network.mtu_problem(options.mtu, _flanneld_link(options))
+    if not unfit and options.ipv6_cidr:
+        no_ipv6 = host_network.ipv6_problem(_flanneld_link(options))
     _problem("iface", str(unfit) if unfit else None)
     _problem("mtu", str(too_big) if too_big else None)
-    return bool(unfit or too_big)
+    _problem("ipv6", str(no_ipv6) if no_ipv6 else None)
+    return bool(unfit or too_big or no_ipv6)
 
 
 def _underlay_mtu(options):
@@ -406,7 +417,9 @@ def configure_cni():
     name = adoption.cni_network_name(paths.CNI_CONFLIST, state.cni_network_name)
     conflist = render.render_conflist(_templates(), network_name=name)
     _record().install(paths.CNI_CONFLIST, conflist.encode(), 0o644, sole=True)
-    cni_endpoint.set_config(cidr=confirmed["Network"], cni_conf_file=paths.CNI_CONFLIST.name)
+    # dual-stack as the principals take it (and Calico publishes it): "v4,v6"
+    cni_endpoint.set_config(cidr=cni.published_cidr(confirmed),
+                            cni_conf_file=paths.CNI_CONFLIST.name)
     state.cni_inputs = _cni_inputs(confirmed, cni_endpoint)
     set_flag(CNI_CONFIGURED)
 
@@ -649,7 +662,8 @@ def assess_status():
     try:
         parse_options(_config())
         config_problem = (state.problem("cidr") or state.problem("mtu")
-                          or state.problem("network") or state.problem("iface"))
+                          or state.problem("network") or state.problem("iface")
+                          or state.problem("ipv6"))
     except InvalidOption as invalid:
         config_problem = str(invalid)
     confirmed = state.confirmed_network
@@ -672,6 +686,7 @@ def assess_status():
         # flanneld's word on its lease (subnet.env), checked against the
         # network etcd confirmed: no etcd round trip in an idle hook.
         cidr=daemon.network_shape(confirmed)[0] if confirmed else None,
+        ipv6_cidr=(daemon.ipv6_shape(confirmed) or (None,))[0] if confirmed else None,
         subnet=read_lease(paths.SUBNET_ENV),
         cni_problem=cni.chain_problem() if is_flag_set(CNI_CONFIGURED) else None,
     ))

@@ -137,6 +137,8 @@ while True:
 
 SYSTEMCTL_SOURCE = Path(__file__).with_name("systemctl.py")
 FORWARDING_SOURCE = Path(__file__).with_name("forwarding.py")
+# what a boot resets (the bridge plugin turns them on for its pods' families)
+FORWARDING_SYSCTLS = ("/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding")
 
 
 def find_systemctl3() -> str:
@@ -169,6 +171,7 @@ class Machine:
         self.state_dir = state_root() / self.netns
         self._want_address = address
         self.address: str | None = None
+        self.address6: str | None = None   # eth0's IPv6 twin (network.ipv6_twin)
         self.iface = "eth0"
         self.keep_state = keep_state
         self.holder: subprocess.Popen | None = None
@@ -182,7 +185,7 @@ class Machine:
         # the network state the machine booted with (routes, ip_forward):
         # what a reboot returns it to
         self._boot_routes: list[dict] = []
-        self._boot_forwarding = "0"
+        self._boot_forwarding = "0 0"
         self._boot_mounts: set[str] = set()
         self._systemctl_server: subprocess.Popen | None = None
 
@@ -259,6 +262,7 @@ class Machine:
         att = self.network.attach(self.name, self._want_address, kind="machine",
                                   segment=self.segment)
         self.address = att.address
+        self.address6 = att.address6
         self.iface = att.ifname
         cfg = {"overlays": overlays, "keep": ["/run/netns", str(state_root())]}
         (self.state_dir / "holder.json").write_text(json.dumps(cfg, indent=1))
@@ -278,7 +282,7 @@ class Machine:
                 raise MachineError(f"machine {self.name}: holder failed: {line} {err}".strip())
             self.holder.stdout.close()
             self._mnt_ns = _ns_id(f"/proc/{self.holder.pid}/ns/mnt")
-            self._boot_routes = self.ip_json("route", "show")
+            self._boot_routes = self._routes()
             self._boot_mounts = set(self._mount_points())
             self._boot_forwarding = self._forwarding()
             self._start_systemctl_server()
@@ -359,9 +363,15 @@ class Machine:
         return self.run(["systemctl", *args], check=check)
 
     # --- reboot ------------------------------------------------------------------
+    def _routes(self) -> list[dict]:
+        """Routes of both families, each with "family": "-4" or "-6"."""
+        return [dict(route, family=family) for family in ("-4", "-6")
+                for route in self.ip_json(family, "route", "show")]
+
     def _forwarding(self) -> str:
-        return run(["ip", "netns", "exec", self.netns, "cat",
-                    "/proc/sys/net/ipv4/ip_forward"]).stdout.strip()
+        """net.ipv4.ip_forward and net.ipv6.conf.all.forwarding, as "0 0"."""
+        return run(["ip", "netns", "exec", self.netns, "cat", *FORWARDING_SYSCTLS]
+                   ).stdout.replace("\n", " ").strip()
 
     def reboot(self, start_enabled: bool = True) -> list[str]:
         """The machine loses power and boots again; returns what went, as
@@ -408,16 +418,17 @@ class Machine:
             if run(["ip", "-n", self.netns, "link", "del", name], check=False).returncode == 0:
                 gone.append(f"link {name}")
         boot = {(r.get("dst"), r.get("dev"), r.get("gateway")) for r in self._boot_routes}
-        for route in self.ip_json("route", "show"):
+        for route in self._routes():
             if (route.get("dst"), route.get("dev"), route.get("gateway")) not in boot:
-                argv = ["ip", "-n", self.netns, "route", "del", route["dst"]]
+                argv = ["ip", "-n", self.netns, route["family"], "route", "del", route["dst"]]
                 if route.get("dev"):
                     argv += ["dev", route["dev"]]
                 run(argv, check=False)
                 gone.append(f"route {route['dst']}")
         run(["ip", "netns", "exec", self.netns, "nft", "flush", "ruleset"], check=False)
-        run(["ip", "netns", "exec", self.netns, "sh", "-c",
-             f"echo {self._boot_forwarding} > /proc/sys/net/ipv4/ip_forward"], check=False)
+        for path, value in zip(FORWARDING_SYSCTLS, self._boot_forwarding.split()):
+            run(["ip", "netns", "exec", self.netns, "sh", "-c", f"echo {value} > {path}"],
+                check=False)
         gone += self._empty_run()
         (self.path_on_host("/run") / "systemd" / "system").mkdir(parents=True, exist_ok=True)
         self._start_systemctl_server()

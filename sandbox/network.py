@@ -20,7 +20,9 @@ and the machines' state directories.
 
 Addresses (subnet 172.31.254.0/24 by default): ``.1`` is left unused (there
 is no gateway), ``etcd`` gets ``.2``, other service namespaces ``.3``-``.10``,
-machines ``.11``, ``.12``, ... in order of attachment.
+machines ``.11``, ``.12``, ... in order of attachment. Every address has its
+IPv6 twin in the segment's ULA /64 (ipv6_twin: 172.31.254.11 is
+fdf1:31:254::11), as a dual-stack data centre network gives both families.
 
 API::
 
@@ -28,6 +30,7 @@ API::
         net.tag, net.prefix ("flsb-<tag>-"), net.subnet, net.switch
         net.netns_for("etcd") -> "flsb-<tag>-etcd"   # attached on first use
         net.address_of("etcd") -> "172.31.254.2"
+        net.address6_of("etcd") -> "fdf1:31:254::2"     # its IPv6 twin (ipv6_twin)
         net.attach(name, address=None, kind="machine") -> Attachment
         net.add_interface(name, "eth1") -> address    # a second NIC on the segment
         net.add_routed_segment() -> Segment           # 172.31.253.0/24 behind a router
@@ -63,6 +66,20 @@ BRIDGE = "br0"
 # add_routed_segment: the second segment's subnet, and the router between them
 ROUTED_SUBNET = "172.31.253.0/24"
 ROUTER = "router"
+ULA_PREFIX = "fdf1"   # the IPv6 twins' ULA prefix (RFC 4193: fd00::/8)
+
+
+def ipv6_twin(address: str) -> str:
+    """The IPv6 address that goes with an IPv4 one of the test network: the
+    octets after the first, written as they read in decimal, in ULA_PREFIX
+    (172.31.254.11 -> fdf1:31:254::11; a /24's twin network is a /64)."""
+    octets = str(ipaddress.IPv4Address(address)).split(".")
+    return str(ipaddress.IPv6Address(f"{ULA_PREFIX}:{octets[1]}:{octets[2]}::{octets[3]}"))
+
+
+def ipv6_twin_network(subnet: ipaddress.IPv4Network) -> ipaddress.IPv6Network:
+    """The /64 that holds the IPv6 twins of `subnet`'s addresses."""
+    return ipaddress.IPv6Network(f"{ipv6_twin(str(subnet.network_address))}/64")
 
 
 def state_root() -> Path:
@@ -274,6 +291,16 @@ class Attachment:
     ifname: str        # its interface on the segment, inside netns ("eth0")
     port: str          # the veth end in the switch namespace
     segment: str = "main"   # the segment it is on (add_routed_segment)
+    address6: str = ""   # its IPv6 twin (ipv6_twin), on the same link
+
+
+def _add_addresses(netns: str, ifname: str, address: str, prefixlen: int) -> None:
+    """`address`/`prefixlen` and its IPv6 twin/64 on `ifname`; the twin
+    without duplicate address detection, which would hold it "tentative"
+    (unusable) for a second or more on a segment where no one else has it."""
+    inside = ["ip", "-n", netns]
+    run(inside + ["addr", "add", f"{address}/{prefixlen}", "dev", ifname])
+    run(inside + ["-6", "addr", "add", f"{ipv6_twin(address)}/64", "dev", ifname, "nodad"])
 
 
 @dataclass
@@ -283,6 +310,10 @@ class Segment:
     subnet: ipaddress.IPv4Network
     bridge: str
     gateway: str | None = None   # the router's address on it, once there is one
+
+    @property
+    def subnet6(self) -> ipaddress.IPv6Network:
+        return ipv6_twin_network(self.subnet)
 
 
 class TestNetwork:
@@ -394,7 +425,8 @@ class TestNetwork:
         netns = self.prefix + name
         self._ports += 1
         port = f"port{self._ports}"
-        att = Attachment(name, netns, address, seg.subnet.prefixlen, IFNAME, port, segment)
+        att = Attachment(name, netns, address, seg.subnet.prefixlen, IFNAME, port, segment,
+                         ipv6_twin(address))
         run(["ip", "netns", "add", netns])
         self._attached[name] = att
         try:
@@ -406,7 +438,7 @@ class TestNetwork:
             run(sw + ["link", "set", port, "master", seg.bridge])
             run(sw + ["link", "set", port, "up"])
             run(inside + ["link", "set", "lo", "up"])
-            run(inside + ["addr", "add", f"{address}/{seg.subnet.prefixlen}", "dev", IFNAME])
+            _add_addresses(netns, IFNAME, address, seg.subnet.prefixlen)
             run(inside + ["link", "set", IFNAME, "up"])
             self._route_to_other_segments(att)
         except Exception:
@@ -421,6 +453,8 @@ class TestNetwork:
         for seg in self.segments.values():
             if seg.name != att.segment:
                 run(["ip", "-n", att.netns, "route", "add", str(seg.subnet), "via", gateway])
+                run(["ip", "-n", att.netns, "-6", "route", "add", str(seg.subnet6), "via",
+                     ipv6_twin(gateway)])
 
     def add_routed_segment(self, subnet: str = ROUTED_SUBNET, name: str = "routed") -> Segment:
         """A second segment (`subnet`, its own bridge) behind a router
@@ -443,9 +477,10 @@ class TestNetwork:
                   router.netns])
         run(sw + ["link", "set", port, "master", seg.bridge])
         run(sw + ["link", "set", port, "up"])
-        run(inside + ["addr", "add", f"{seg.gateway}/{seg.subnet.prefixlen}", "dev", "eth1"])
+        _add_addresses(router.netns, "eth1", seg.gateway, seg.subnet.prefixlen)
         run(inside + ["link", "set", "eth1", "up"])
-        run(["ip", "netns", "exec", router.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        run(["ip", "netns", "exec", router.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1",
+             "net.ipv6.conf.all.forwarding=1"])
         self._extra_links.append((ROUTER, "eth1"))
         main.gateway = router.address
         for att in self._attached.values():
@@ -465,7 +500,7 @@ class TestNetwork:
         run(sw + ["link", "add", port, "type", "veth", "peer", "name", ifname, "netns", att.netns])
         run(sw + ["link", "set", port, "master", self.segments[att.segment].bridge])
         run(sw + ["link", "set", port, "up"])
-        run(inside + ["addr", "add", f"{address}/{att.prefixlen}", "dev", ifname])
+        _add_addresses(att.netns, ifname, address, att.prefixlen)
         run(inside + ["link", "set", ifname, "up"])
         self._extra_addresses[f"{name}-{ifname}"] = address
         self._extra_links.append((name, ifname))
@@ -503,6 +538,9 @@ class TestNetwork:
     def address_of(self, name: str) -> str:
         return self._attached[name].address
 
+    def address6_of(self, name: str) -> str:
+        return self._attached[name].address6
+
     def attachment(self, name: str) -> Attachment:
         return self._attached[name]
 
@@ -511,25 +549,33 @@ class TestNetwork:
         return dict(self._attached)
 
 
-# An ICMP echo client run by the host's Python inside a namespace: one echo
+# An ICMP (or ICMPv6, for an IPv6 address) echo client run by the host's Python
+# inside a namespace: one echo
 # every INTERVAL seconds, COUNT of them (0: until a line or EOF on stdin);
 # prints "s SEQ" when it sends and "a SEQ" when SEQ is answered, however late;
 # after the last echo (or the stop) it waits up to GRACE seconds for late replies.
 # SIZE (optional) is the echo's data length (ping -s), DF 1 forbids fragmenting
 # it (ping -M do); an echo the kernel refuses to send prints "e SEQ <why>".
 _PING_LOOP = r"""
-import os, select, socket, struct, sys, time
+import ipaddress, os, select, socket, struct, sys, time
 dst, interval, grace, count = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 size = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 df = len(sys.argv) > 6 and sys.argv[6] == "1"
+v6 = ipaddress.ip_address(dst).version == 6
+ECHO, REPLY = (128, 129) if v6 else (8, 0)
 def csum(b):
     if len(b) % 2: b += b"\0"
     s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
     s = (s >> 16) + (s & 0xffff); s += s >> 16
     return ~s & 0xffff
-sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-if df:   # IP_MTU_DISCOVER = IP_PMTUDISC_DO: DF set, no local fragmenting
-    sock.setsockopt(socket.IPPROTO_IP, 10, 2)
+if v6:   # the kernel fills in ICMPv6's checksum and strips the IPv6 header
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+    if df:   # IPV6_MTU_DISCOVER = IPV6_PMTUDISC_DO: no local fragmenting
+        sock.setsockopt(socket.IPPROTO_IPV6, 23, 2)
+else:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    if df:   # IP_MTU_DISCOVER = IP_PMTUDISC_DO: DF set, no local fragmenting
+        sock.setsockopt(socket.IPPROTO_IP, 10, 2)
 ident = os.getpid() & 0xffff
 sent, answered, seq = set(), set(), 0
 next_send, stop_at = time.monotonic(), None
@@ -539,10 +585,11 @@ while True:
     now = time.monotonic()
     if stop_at is None and now >= next_send:
         seq += 1
-        hdr = struct.pack("!BBHHH", 8, 0, 0, ident, seq & 0xffff)
+        hdr = struct.pack("!BBHHH", ECHO, 0, 0, ident, seq & 0xffff)
         payload = (b"flsb-ping" * (size // 9 + 1))[:size] if size else b"flsb-ping"
+        check = 0 if v6 else csum(hdr + payload)
         try:
-            sock.sendto(struct.pack("!BBHHH", 8, 0, csum(hdr + payload), ident, seq & 0xffff)
+            sock.sendto(struct.pack("!BBHHH", ECHO, 0, check, ident, seq & 0xffff)
                         + payload, (dst, 0))
         except OSError as error:
             say("e %d %s" % (seq, error.strerror))
@@ -558,9 +605,10 @@ while True:
     ready = select.select(watched, [], [], max(0.0, wait))[0]
     if sock in ready:
         data, addr = sock.recvfrom(65535)
-        ihl = (data[0] & 0x0f) * 4
+        ihl = 0 if v6 else (data[0] & 0x0f) * 4
         typ, code, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-        if typ == 0 and rid == ident and addr[0] == dst and rseq in sent - answered:
+        if (typ == REPLY and rid == ident and ipaddress.ip_address(addr[0].split("%")[0])
+                == ipaddress.ip_address(dst) and rseq in sent - answered):
             answered.add(rseq)
             say("a %d" % rseq)
     if sys.stdin in ready and stop_at is None:

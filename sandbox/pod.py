@@ -17,7 +17,8 @@ API::
         # /etc/cni/net.d (the one a kubelet would pick), else "cbr0".
         # raises PodFailed(message, stderr) after removing the half-made pod
     pod.name, pod.netns, pod.machine, pod.network, pod.address ("10.1.52.2"),
-    pod.interface ("10.1.52.2/24"), pod.result (the CNI result dict)
+    pod.interface ("10.1.52.2/24"), pod.result (the CNI result dict),
+    pod.address6 / pod.interface6 (its IPv6 address on a dual-stack network, else None)
     pod.ping(address, count=3, wait=1.0) -> bool      # ICMP from inside the pod
     pod.run(argv, check=True) -> CompletedProcess     # inside the pod's netns only
     pod.delete()                                      # cnitool del + netns delete
@@ -76,6 +77,8 @@ class Pod:
         self.result: dict = {}
         self.interface: str | None = None
         self.address: str | None = None
+        self.interface6: str | None = None
+        self.address6: str | None = None
 
     def __repr__(self) -> str:
         return f"Pod({self.name!r} on {self.machine.name}, address={self.address!r})"
@@ -100,11 +103,14 @@ class Pod:
                 raise PodFailed(err, proc.stderr)
             try:
                 pod.result = json.loads(proc.stdout)
-                pod.interface = pod.result["ips"][0]["address"]
-            except (ValueError, KeyError, IndexError, TypeError):
-                raise PodFailed(f"cnitool add gave no address: {proc.stdout.strip()!r}",
+                addresses = [ip["address"] for ip in pod.result["ips"]]
+                pod.interface = next(a for a in addresses if ":" not in a)
+            except (ValueError, KeyError, StopIteration, TypeError):
+                raise PodFailed(f"cnitool add gave no IPv4 address: {proc.stdout.strip()!r}",
                                 proc.stderr)
             pod.address = pod.interface.split("/")[0]
+            pod.interface6 = next((a for a in addresses if ":" in a), None)
+            pod.address6 = pod.interface6.split("/")[0] if pod.interface6 else None
         except BaseException:
             pod.delete()
             raise

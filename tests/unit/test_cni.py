@@ -54,3 +54,14 @@ def test_the_problem_clears_when_the_plugin_comes_back(tmp_path):
     assert chain_problem(bin_dir)
     full_chain(bin_dir)
     assert chain_problem(bin_dir) is None
+
+
+def test_the_cni_relation_carries_both_pod_networks_ipv4_first():
+    """kubernetes-control-plane passes `cidr` as is to --cluster-cidr: dual-stack
+    is "v4,v6" with no spaces, as Calico publishes it."""
+    from charms.flannel.cni import published_cidr
+    from charms.flannel.options import network_config, parse_options
+    v4 = network_config(parse_options({"cidr": "10.1.0.0/16"}))
+    dual = network_config(parse_options({"cidr": "10.1.0.0/16", "ipv6-cidr": "fd10:1::/56"}))
+    assert published_cidr(v4) == "10.1.0.0/16"
+    assert published_cidr(dual) == "10.1.0.0/16,fd10:1::/56"

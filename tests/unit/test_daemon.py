@@ -234,6 +234,55 @@ def test_a_garbled_subnet_env_goes(fake_ip, tmp_path):
     assert not env.exists()
 
 
+IPV6 = (ipaddress.IPv6Network("fd10:1::/56"), 64)
+DUAL_ENV = (subnet_env("10.3.0.0/16", "10.3.7.1/24")
+            + "FLANNEL_IPV6_NETWORK=fd10:1::/56\nFLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n")
+
+
+def inet6(address: str, prefixlen: int) -> dict:
+    return {"family": "inet6", "local": address, "prefixlen": prefixlen, "scope": "global"}
+
+
+def test_ipv6_gateways_outside_the_ipv6_network_or_with_ipv6_off_are_stale():
+    entries = [inet6("fd10:1:0:5::1", 64), inet6("fd20::1", 64), inet6("fd10:1:0:6::1", 80),
+               {"family": "inet6", "local": "fe80::1", "prefixlen": 64, "scope": "link"}]
+    assert daemon.stale_bridge_addresses(entries, NET, 24, IPV6) == \
+        ["fd20::1/64", "fd10:1:0:6::1/80"]
+    assert daemon.stale_bridge_addresses(entries, NET, 24, None) == \
+        ["fd10:1:0:5::1/64", "fd20::1/64", "fd10:1:0:6::1/80"]
+
+
+@pytest.mark.parametrize("env_text, ipv6", [
+    (subnet_env("10.3.0.0/16", "10.3.7.1/24"), IPV6),   # IPv6 turned on
+    (DUAL_ENV, None),                                   # IPv6 turned off
+])
+def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(fake_ip, tmp_path,
+                                                                      env_text, ipv6):
+    """flanneld drops a lease of the other shape and leases every node anew,
+    IPv4 subnet included: the old IPv4 gateway, inside the network, would
+    make the bridge plugin refuse the new one."""
+    was_dual = ipv6 is None
+    fake = fake_ip([inet("10.3.7.1", 24)] + ([inet6("fd10:1:0:5::1", 64)] if was_dual else []),
+                   links=[vxlan("flannel.1", 1)] + ([vxlan("flannel-v6.1", 1)] if was_dual
+                                                    else []))
+    env = tmp_path / "subnet.env"
+    env.write_text(env_text)
+    gone = daemon.forget_old_network(NET, 24, env, "flannel.1", ipv6=ipv6)
+    assert gone.subnet_env and not env.exists() and gone.old_lease is not None
+    assert sorted(fake.deleted) == [("10.3.7.1/24", "cni0")] + (
+        [("fd10:1:0:5::1/64", "cni0")] if was_dual else [])
+    assert fake.links_deleted == (["flannel-v6.1"] if was_dual else [])
+
+
+def test_a_dual_stack_node_on_its_network_touches_nothing(fake_ip, tmp_path):
+    fake = fake_ip([inet("10.3.7.1", 24), inet6("fd10:1:0:5::1", 64)],
+                   links=[vxlan("flannel.1", 1), vxlan("flannel-v6.1", 1)])
+    env = tmp_path / "subnet.env"
+    env.write_text(DUAL_ENV)
+    assert not daemon.forget_old_network(NET, 24, env, "flannel.1", ipv6=IPV6)
+    assert fake.deleted == [] and fake.links_deleted == [] and env.exists()
+
+
 # --- on a real bridge, in a network namespace of the test's own ----------------------
 
 _IN_NETNS = """

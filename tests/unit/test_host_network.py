@@ -170,3 +170,35 @@ def test_the_link_of_an_address_or_name_and_its_mtu_from_ip_json():
     assert host_network.find_link("10.0.0.2", links).mtu == 1400
     assert host_network.find_link("ens3", links).name == "ens3"
     assert host_network.find_link("eth9", links) is None
+
+
+# -- dual-stack: ipv6-cidr against the machine, and flanneld's interface ------------------
+
+@needs_root
+def test_an_ipv6_cidr_over_an_ipv6_network_the_machine_is_on_is_refused(machine):
+    links, _ = machine
+    found = machine_networks(links, [], RUNNING, version=6)
+    problem = cidr_conflict(ipaddress.ip_network("fd00:5::/56"), found, option="ipv6-cidr")
+    assert str(problem).startswith("Invalid ipv6-cidr: fd00:5::/56 overlaps fd00:5::/64, the "
+                                   "network of eth3 (fd00:5::4/64)"), str(problem)
+    assert cidr_conflict(ipaddress.ip_network("fd10:1::/56"), found, option="ipv6-cidr") is None
+
+
+def test_an_ipv6_cidr_over_the_ipv6_service_network_is_refused():
+    problem = cidr_conflict(ipaddress.ip_network("fd00:152::/56"), [],
+                            "10.152.183.0/24,fd00:152::/112", option="ipv6-cidr")
+    assert str(problem) == ("Invalid ipv6-cidr: fd00:152::/56 overlaps the Kubernetes "
+                            "service-cidr fd00:152::/112 the control plane publishes; use a "
+                            "range outside it")
+
+
+@needs_root
+def test_ipv6_needs_a_global_ipv6_address_on_flanneld_s_interface(machine):
+    """flanneld falls back to the link-local address (or exits without one):
+    no other node's subnet reaches it."""
+    links, _ = machine
+    by_name = {link.name: link for link in links}
+    assert host_network.ipv6_problem(by_name["eth3"]) is None
+    assert str(host_network.ipv6_problem(by_name["eth0"])) == (
+        "Invalid ipv6-cidr: IPv6 needs a global IPv6 address on eth0, which flanneld sends "
+        'on, and it has none; give it one, set iface to one that has, or set ipv6-cidr to ""')

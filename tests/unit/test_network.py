@@ -184,7 +184,24 @@ def test_leases_lists_each_subnet_with_its_value(etcd, settings, prefix):
     client.put(f"{prefix}/config", json.dumps({"Network": "10.1.0.0/16"}))  # not a lease
     client.put(f"{prefix}-other/subnets/10.1.9.0-24", "{}")  # another prefix
     leases = sorted(NetworkStore(settings, prefix).leases(), key=lambda item: item["Subnet"])
-    assert leases == [{"Subnet": "10.1.52.0/24", **lease}, {"Subnet": "10.1.7.0/24"}]
+    assert leases == [
+        {"Subnet": "10.1.52.0/24", "Key": f"{prefix}/subnets/10.1.52.0-24", **lease},
+        {"Subnet": "10.1.7.0/24", "Key": f"{prefix}/subnets/10.1.7.0-24"}]
+
+
+def test_a_dual_stack_lease_is_read_and_released_by_its_ipv4_subnet(etcd, settings, prefix):
+    """flanneld keys a dual-stack lease by both subnets
+    ("10.1.52.0-24&fd10:1:0:5::-64", MakeSubnetKey): read as "10.1.52.0/24-24&..." and
+    deleted by a key without its IPv6 part, it stayed 24 h after its node left."""
+    client = raw_client(etcd)
+    key = f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64"
+    client.put(key, json.dumps({"PublicIP": "192.0.2.10", "PublicIPv6": "fd00::10"}))
+    store = NetworkStore(settings, prefix)
+    [lease] = store.leases()
+    assert (lease["Subnet"], lease["IPv6Subnet"], lease["Key"]) == \
+        ("10.1.52.0/24", "fd10:1:0:5::/64", key)
+    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.10"}) is True
+    assert store.leases() == []
 
 
 def test_an_expired_lease_is_no_longer_listed(etcd, settings, prefix):

@@ -60,8 +60,11 @@ def test_invalid_option_carries_option_reason_and_message():
     ("10.1.0.300/16", 'Invalid cidr: "10.1.0.300/16" is not an IPv4 network'),
     ("10.1.2.0/16", 'Invalid cidr: "10.1.2.0/16" has host bits set; did you mean 10.1.0.0/16?'),
     ("10.1.0.0", 'Invalid cidr: "10.1.0.0" has no prefix length; write it like 10.1.0.0/16'),
-    ("fd00:10::/64", 'Invalid cidr: "fd00:10::/64" is an IPv6 network; '
-                     'flannel here needs an IPv4 network such as 10.1.0.0/16'),
+    ("fd00:10::/64", 'Invalid cidr: "fd00:10::/64" is an IPv6 network; cidr is the IPv4 '
+                     'pod network such as 10.1.0.0/16, and ipv6-cidr the IPv6 one'),
+    ("10.1.0.0/16,fd10:1::/56", 'Invalid cidr: "10.1.0.0/16,fd10:1::/56" holds more than '
+                                'one network; put the IPv4 pod network in cidr and the IPv6 '
+                                'one in ipv6-cidr'),
     ("", "Invalid cidr: it is empty; set an IPv4 network such as 10.1.0.0/16"),
     ("127.0.0.0/16", 'Invalid cidr: "127.0.0.0/16" overlaps 127.0.0.0/8 (loopback); '
                      'use a private range such as 10.1.0.0/16'),
@@ -262,3 +265,52 @@ def test_direct_routing_is_refused_for_host_gw_and_must_be_a_boolean():
     with pytest.raises(InvalidOption) as error:
         parse_options(config(**{"direct-routing": "yes"}))
     assert str(error.value) == 'Invalid direct-routing: "yes" is not true or false'
+
+
+# --- dual-stack ---------------------------------------------------------------------
+
+def test_ipv6_is_off_by_default_and_absent_from_flannels_config():
+    options = parse_options(config())
+    assert options.ipv6_cidr is None and options.pod_networks == (options.cidr,)
+    assert not {"EnableIPv6", "IPv6Network", "IPv6SubnetLen"} & set(network_config(options))
+
+
+def test_an_ipv6_cidr_turns_dual_stack_on_as_flanneld_reads_it():
+    options = parse_options(config(ipv6_cidr="fd10:1::/56", ipv6_subnet_len=64))
+    assert network_config(options) == {
+        "Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1},
+        "EnableIPv6": True, "IPv6Network": "fd10:1::/56", "IPv6SubnetLen": 64}
+    assert [str(n) for n in options.pod_networks] == ["10.1.0.0/16", "fd10:1::/56"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"ipv6_cidr": "10.2.0.0/16"}, 'Invalid ipv6-cidr: "10.2.0.0/16" is an IPv4 network; '
+                                   'the IPv4 pod network is cidr: give an IPv6 network such '
+                                   'as fd10:1::/56'),
+    ({"ipv6_cidr": "fd10:1::"}, 'Invalid ipv6-cidr: "fd10:1::" has no prefix length; write '
+                                'it like fd10:1::/56'),
+    ({"ipv6_cidr": "fd10:1::1/56"}, 'Invalid ipv6-cidr: "fd10:1::1/56" has host bits set; '
+                                    'did you mean fd10:1::/56?'),
+    ({"ipv6_cidr": "fe80::/64"}, 'Invalid ipv6-cidr: "fe80::/64" overlaps fe80::/10 '
+                                 '(link-local); use a unique local range such as fd10:1::/56'),
+    ({"ipv6_cidr": "ff05::/64"}, 'Invalid ipv6-cidr: "ff05::/64" overlaps ff00::/8 '
+                                 '(multicast); use a unique local range such as fd10:1::/56'),
+    ({"ipv6_cidr": "fd10:1::/125"}, "Invalid ipv6-cidr: fd10:1::/125 is too small for "
+                                    "flannel; use a prefix of /124 or shorter"),
+    ({"ipv6_cidr": "nonsense"}, 'Invalid ipv6-cidr: "nonsense" is not an IPv6 network'),
+    ({"ipv6_cidr": "fd10:1::/56", "ipv6_subnet_len": 57},
+     "Invalid ipv6-subnet-len: 57 leaves ipv6-cidr fd10:1::/56 fewer than four subnets, "
+     "which flanneld refuses; use 58 to 126"),
+    ({"ipv6_subnet_len": 127}, "Invalid ipv6-subnet-len: 127 is out of range; use a prefix "
+                               "length from 1 to 126"),
+    ({"ipv6_cidr": "fd10:1::/56", "vni": 10000},
+     'Invalid vni: 10000 is too long for IPv6: flanneld\'s device flannel-v6.10000 would '
+     'pass Linux\'s 15 characters; use 1 to 9999, or set ipv6-cidr to ""'),
+])
+def test_an_ipv6_setting_flanneld_would_refuse_is_named(changes, message):
+    assert status_for(**changes) == message
+
+
+def test_a_large_vni_is_fine_without_ipv6_and_with_host_gw():
+    assert parse_options(config(vni=10000)).vni == 10000
+    assert parse_options(config(vni=10000, backend="host-gw", ipv6_cidr="fd10:1::/56"))

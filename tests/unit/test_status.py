@@ -89,3 +89,26 @@ def test_a_damaged_install_record_blocks_and_names_the_record():
         assert status.state == "blocked"
         assert status.message == problem + ": no file is changed; remove and re-add flannel " \
             "(unproven files stay)"
+
+
+DUAL_ENV = parse_subnet_env(SUBNET_ENV + "FLANNEL_IPV6_NETWORK=fd10:1::/56\n"
+                                         "FLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n")
+IPV6_CIDR = ipaddress.IPv6Network("fd10:1::/56")
+
+
+def test_a_dual_stack_unit_names_both_subnets():
+    seen = Observations(**{**HEALTHY, "subnet": DUAL_ENV, "ipv6_cidr": IPV6_CIDR})
+    assert (assess(seen).state, assess(seen).message) == (
+        "active", "Flannel subnet 10.1.52.1/24, fd10:1:0:5::1/64")
+
+
+@pytest.mark.parametrize("subnet, ipv6_cidr", [
+    (parse_subnet_env(SUBNET_ENV), IPV6_CIDR),     # IPv6 just turned on: no IPv6 lease yet
+    (DUAL_ENV, None),                              # just turned off: the old dual lease
+    (DUAL_ENV, ipaddress.IPv6Network("fd20::/56")),   # another ipv6-cidr
+])
+def test_a_lease_of_the_other_ipv6_shape_is_negotiating_not_active(subnet, ipv6_cidr):
+    """flanneld drops such a lease and leases anew (both families)."""
+    seen = Observations(**{**HEALTHY, "subnet": subnet, "ipv6_cidr": ipv6_cidr})
+    assert (assess(seen).state, assess(seen).message) == (
+        "waiting", "Negotiating flannel network subnet.")

@@ -22,10 +22,18 @@ def test_what_flanneld_writes_is_parsed():
     assert env.subnet.network == ipaddress.IPv4Network("10.1.52.0/24")
 
 
-def test_ipv6_lines_blank_lines_and_comments_are_tolerated():
-    text = ("# written by flanneld\n\n" + FLANNELD_WROTE +
-            "FLANNEL_IPV6_NETWORK=fd00:10::/64\nFLANNEL_IPV6_SUBNET=fd00:10:0:52::1/80\n\n")
-    assert parse_subnet_env(text) == EXPECTED
+def test_blank_lines_and_comments_are_tolerated():
+    assert parse_subnet_env("# written by flanneld\n\n" + FLANNELD_WROTE + "\n") == EXPECTED
+
+
+def test_a_dual_stack_lease_gives_both_gateways():
+    """flanneld v0.27 with EnableIPv6 (WriteSubnetFile) adds the IPv6 pair;
+    the status names both gateways."""
+    env = parse_subnet_env(FLANNELD_WROTE + "FLANNEL_IPV6_NETWORK=fd10:1::/56\n"
+                                            "FLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n")
+    assert env.ipv6_network == ipaddress.IPv6Network("fd10:1::/56")
+    assert [str(g) for g in env.gateways] == ["10.1.52.1/24", "fd10:1:0:5::1/64"]
+    assert parse_subnet_env(FLANNELD_WROTE).gateways == (EXPECTED.subnet,)
 
 
 def test_ipmasq_false_and_quoted_values():

@@ -33,3 +33,14 @@ def chain_problem(bin_dir: Path = paths.CNI_BIN_DIR) -> Optional[str]:
             return (f'CNI plugin "{name}" in {bin_dir} is not executable '
                     f'(provided by {provider})')
     return None
+
+
+def published_cidr(confirmed: dict) -> str:
+    """The pod network as the cni relation carries it: "10.1.0.0/16", or
+    for dual-stack "10.1.0.0/16,fd10:1::/56" (IPv4 first, no spaces), which
+    kubernetes-control-plane passes as is to kube-controller-manager's and
+    kube-proxy's --cluster-cidr."""
+    networks = [confirmed["Network"]]
+    if confirmed.get("EnableIPv6") and confirmed.get("IPv6Network"):
+        networks.append(confirmed["IPv6Network"])
+    return ",".join(networks)

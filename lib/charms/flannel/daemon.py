@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from .options import VXLAN_OVERHEAD
-from .subnet import read_subnet_env
+from .subnet import SubnetEnv, read_subnet_env
 
 VXLAN_LINK = "flannel.1"   # with the default VNI 1
 _FLANNEL_VXLAN = re.compile(r"flannel(-v6)?\.\d+")
@@ -57,6 +57,14 @@ def network_shape(config: dict) -> tuple[ipaddress.IPv4Network, int, Optional[in
     return ipaddress.IPv4Network(config["Network"]), int(config.get("SubnetLen", 24)), vni
 
 
+def ipv6_shape(config: dict) -> Optional[tuple[ipaddress.IPv6Network, int]]:
+    """(IPv6Network, IPv6SubnetLen) of a dual-stack network config, None
+    for IPv4 only (flanneld's default)."""
+    if not config.get("EnableIPv6") or not config.get("IPv6Network"):
+        return None
+    return ipaddress.IPv6Network(config["IPv6Network"]), int(config.get("IPv6SubnetLen", 64))
+
+
 def vxlan_device_mtu(config: dict, underlay_mtu: Optional[int]) -> Optional[int]:
     """The MTU flanneld gives flannel.<VNI> for a network config: the
     backend's MTU (else the MTU of the interface it sends on) less vxlan's
@@ -90,23 +98,25 @@ def flannel_vxlan_links(links: Iterable[dict]) -> list[str]:
             and link.get("linkinfo", {}).get("info_kind") == "vxlan"]
 
 
-def delete_vxlan_links(keep: Optional[str] = None, keep_mtu: Optional[int] = None) -> list[str]:
-    """Delete flanneld's vxlan devices but `keep` (and `keep` too if its MTU
-    is not `keep_mtu`, when given); returns the names deleted.
+def delete_vxlan_links(keep: Iterable[str] = (), keep_mtu: Optional[int] = None) -> list[str]:
+    """Delete flanneld's vxlan devices but those in `keep` (and those too if
+    their MTU is not `keep_mtu`, when given); returns the names deleted.
 
     flanneld leaves its device behind when stopped, and names it after the
     VNI: after a VNI change the old one would stay, holding the node's
     flannel address and routes beside the new one. And it reuses a device it
     finds without comparing its MTU: after an `mtu` change the old device
-    would carry on with the old MTU while pods get the new one.
+    would carry on with the old MTU while pods get the new one. And nothing
+    of flanneld's removes flannel-v6.<VNI> when IPv6 is turned off.
     """
+    keep = set(keep)
     shown = subprocess.run(["ip", "-j", "-d", "link", "show"], capture_output=True,
                            text=True, check=True)
     links = json.loads(shown.stdout or "[]")
     mtus = {link.get("ifname"): link.get("mtu") for link in links}
     gone = []
     for name in flannel_vxlan_links(links):
-        if name != keep or (keep_mtu is not None and mtus.get(name) != keep_mtu):
+        if name not in keep or (keep_mtu is not None and mtus.get(name) != keep_mtu):
             deleted = subprocess.run(["ip", "link", "delete", name], capture_output=True,
                                      text=True)
             if deleted.returncode != 0 and "Cannot find device" not in deleted.stderr:
@@ -117,17 +127,27 @@ def delete_vxlan_links(keep: Optional[str] = None, keep_mtu: Optional[int] = Non
 
 
 def stale_bridge_addresses(addr_info: Iterable[dict], network: ipaddress.IPv4Network,
-                           subnet_len: int) -> list[str]:
-    """The IPv4 addresses ("10.1.52.1/24") among a link's `ip -j addr`
-    addr_info entries that cannot be the gateway of a lease in `network`:
-    outside it, or with another prefix length than `subnet_len` (flanneld
-    only keeps a lease whose length is the configured SubnetLen)."""
+                           subnet_len: int,
+                           ipv6: Optional[tuple[ipaddress.IPv6Network, int]] = None) -> list[str]:
+    """The addresses ("10.1.52.1/24") among a link's `ip -j addr` addr_info
+    entries that cannot be the gateway of a lease in `network` (IPv4) or in
+    `ipv6` ((IPv6Network, IPv6SubnetLen); None: IPv4 only, and every global
+    IPv6 address is stale): outside it, or with another prefix length than
+    the subnets' (flanneld only keeps a lease of the configured length).
+    Link-local IPv6 addresses are the kernel's, never stale."""
     stale = []
     for entry in addr_info:
-        if entry.get("family") != "inet" or "local" not in entry:
+        if entry.get("family") not in ("inet", "inet6") or "local" not in entry:
             continue
-        address = ipaddress.IPv4Interface(f"{entry['local']}/{entry.get('prefixlen', 32)}")
-        if address.network.prefixlen != subnet_len or not address.network.subnet_of(network):
+        address = ipaddress.ip_interface(f"{entry['local']}/{entry.get('prefixlen', 128)}")
+        if address.version == 4:
+            fits = address.network.prefixlen == subnet_len and address.network.subnet_of(network)
+        elif address.ip.is_link_local or entry.get("scope") == "link":
+            continue
+        else:
+            fits = ipv6 is not None and address.network.prefixlen == ipv6[1] \
+                and address.network.subnet_of(ipv6[0])
+        if not fits:
             stale.append(str(address))
     return stale
 
@@ -147,6 +167,8 @@ class Forgotten:
     subnet_env: bool = False
     vxlan_links: list[str] = field(default_factory=list)
     bridge_mtu: Optional[tuple[int, int]] = None   # (old, new): the bridge's MTU set anew
+    # the lease the dropped subnet.env described (what the node served till now)
+    old_lease: Optional[SubnetEnv] = None
 
     def __bool__(self) -> bool:
         return bool(self.bridge_addresses or self.subnet_env or self.vxlan_links
@@ -155,23 +177,29 @@ class Forgotten:
 
 def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                        subnet_env: Path, vxlan_link: Optional[str],
-                       bridge: str = POD_BRIDGE, pod_mtu: Optional[int] = None) -> Forgotten:
+                       bridge: str = POD_BRIDGE, pod_mtu: Optional[int] = None,
+                       ipv6: Optional[tuple[ipaddress.IPv6Network, int]] = None) -> Forgotten:
     """While flanneld is stopped, before it starts again: drop what belongs
-    to a previous network.
+    to a previous network. `ipv6` is the new network's (IPv6Network,
+    IPv6SubnetLen), None for IPv4 only.
 
-    - The bridge's IPv4 addresses that cannot be a gateway in the new network:
-      the bridge plugin refuses to add the new lease's gateway to a bridge
-      that holds another address ('"cni0" already has an IP address
-      different from ...'), so without this a cidr change needs a reboot
-      (LP #1932551).
-    - subnet.env, if it describes another network or lease length: until
-      flanneld writes the new one, the flannel CNI plugin would hand out old
-      addresses (and put the old gateway back on the bridge).
+    - subnet.env, if it describes another network, lease length or IPv6
+      setting: until flanneld writes the new one, the flannel CNI plugin
+      would hand out old addresses (and put the old gateway back on the
+      bridge).
+    - The bridge's addresses that cannot be a gateway in the new network,
+      and the gateways of the dropped subnet.env's lease: the bridge plugin
+      refuses to add the new lease's gateway to a bridge that holds another
+      IPv4 address ('"cni0" already has an IP address different from ...'),
+      so without this a cidr change needs a reboot (LP #1932551); and
+      turning IPv6 on or off makes flanneld lease every node anew (it drops
+      a lease of the other shape), IPv4 subnet included.
     - flanneld's vxlan devices other than `vxlan_link` (the one of the new
-      VNI; None for a backend without one): a VNI change renames the device;
-      and `vxlan_link` itself if its MTU is not `pod_mtu` (when known; pods
-      get the device's MTU): an `mtu` change, which flanneld would not apply
-      to a device it finds.
+      VNI; None for a backend without one) and, with IPv6, its
+      flannel-v6.<VNI>: a VNI change renames them, IPv6 turned off leaves
+      flannel-v6; and those devices themselves if their MTU is not
+      `pod_mtu` (when known; pods get the device's MTU): an `mtu` change,
+      which flanneld would not apply to a device it finds.
     - The bridge's MTU, set to `pod_mtu` (FLANNEL_MTU) if it is another:
       the bridge plugin sets it only when it creates the bridge, and a bridge
       left smaller than the pods turns their large packets from other nodes
@@ -181,12 +209,29 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
     every (re)start is harmless.
     """
     gone = Forgotten()
+    try:
+        env = read_subnet_env(subnet_env)
+    except ValueError:   # garbage: flanneld will write it anew
+        env = None
+        gone.subnet_env = os.path.exists(subnet_env)
+    else:
+        env_ipv6 = (env.ipv6_network, env.ipv6_subnet.network.prefixlen) \
+            if env is not None and env.ipv6_subnet else None
+        gone.subnet_env = env is not None and (
+            env.network != network or env.subnet.network.prefixlen != subnet_len
+            or env_ipv6 != ipv6)
+    if gone.subnet_env:
+        gone.old_lease = env
     shown = subprocess.run(["ip", "-j", "addr", "show", "dev", bridge],
                            capture_output=True, text=True)
     if shown.returncode == 0 and shown.stdout.strip():   # no bridge: no pod yet
         links = json.loads(shown.stdout)
         addr_info = [a for link in links for a in link.get("addr_info", [])]
-        for address in stale_bridge_addresses(addr_info, network, subnet_len):
+        stale = stale_bridge_addresses(addr_info, network, subnet_len, ipv6)
+        held = {f"{a.get('local')}/{a.get('prefixlen')}" for a in addr_info}
+        stale += [str(gateway) for gateway in (env.gateways if gone.old_lease else ())
+                  if str(gateway) in held and str(gateway) not in stale]
+        for address in stale:
             subprocess.run(["ip", "addr", "del", address, "dev", bridge],
                            check=True, capture_output=True)
             gone.bridge_addresses.append(address)
@@ -197,17 +242,11 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                                   capture_output=True)
             if done.returncode == 0:
                 gone.bridge_mtu = (bridge_mtu, pod_mtu)
-    try:
-        env = read_subnet_env(subnet_env)
-    except ValueError:   # garbage: flanneld will write it anew
-        env = None
-        gone.subnet_env = os.path.exists(subnet_env)
-    else:
-        gone.subnet_env = env is not None and (
-            env.network != network or env.subnet.network.prefixlen != subnet_len)
     if gone.subnet_env:
         os.unlink(subnet_env)
-    gone.vxlan_links = delete_vxlan_links(keep=vxlan_link,
+    keep = () if vxlan_link is None else (vxlan_link,) + (
+        (vxlan_link.replace("flannel.", "flannel-v6.", 1),) if ipv6 else ())
+    gone.vxlan_links = delete_vxlan_links(keep=keep,
                                           keep_mtu=pod_mtu if vxlan_link else None)
     return gone
 

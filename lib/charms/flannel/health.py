@@ -12,7 +12,7 @@ from typing import Optional
 
 from . import etcd_probe
 from .credentials import ClientFiles
-from .daemon import network_shape
+from .daemon import ipv6_shape, network_shape
 from .subnet import read_lease
 
 
@@ -32,14 +32,21 @@ class EtcdHealth:
 def own_lease(subnet_env: Path, confirmed: Optional[dict]) -> Optional[str]:
     """The subnet subnet.env says flanneld leased, if it belongs to the
     network etcd confirmed (a subnet.env of another network is being
-    re-leased: not this node's lease any more)."""
+    re-leased: not this node's lease any more). A dual-stack lease is named
+    as flanneld keys it, both subnets: "10.1.52.0/24&fd10:1:0:5::/64"."""
     env = read_lease(subnet_env)
     if env is None or not confirmed:
         return None
     network, subnet_len, _ = network_shape(confirmed)
-    if env.subnet.network.subnet_of(network) and env.subnet.network.prefixlen == subnet_len:
-        return str(env.subnet.network)
-    return None
+    if not (env.subnet.network.subnet_of(network) and env.subnet.network.prefixlen == subnet_len):
+        return None
+    ipv6 = ipv6_shape(confirmed)
+    if ipv6 is None:
+        return str(env.subnet.network) if env.ipv6_subnet is None else None
+    if env.ipv6_subnet is None or not (env.ipv6_subnet.network.subnet_of(ipv6[0])
+                                       and env.ipv6_subnet.network.prefixlen == ipv6[1]):
+        return None
+    return f"{env.subnet.network}&{env.ipv6_subnet.network}"
 
 
 def look_at_etcd(connection_string: str, files: ClientFiles, confirmed: Optional[dict],

@@ -65,9 +65,9 @@ def read_links() -> list[Link]:
     return links_from(_ip_json("addr", "show"))
 
 
-def read_routes() -> list[dict]:
-    """IPv4 routes of every table (`ip -j -4 route show table all`)."""
-    return _ip_json("-4", "route", "show", "table", "all")
+def read_routes(family: int = 4) -> list[dict]:
+    """The routes of one family in every table (`ip -j -4 route show table all`)."""
+    return _ip_json(f"-{family}", "route", "show", "table", "all")
 
 
 def _flannels(device: str) -> bool:
@@ -75,21 +75,21 @@ def _flannels(device: str) -> bool:
 
 
 def machine_networks(links: Iterable[Link], routes: Iterable[dict],
-                     pod_networks: Sequence[ipaddress.IPv4Network] = ()
-                     ) -> list[tuple[ipaddress.IPv4Network, str, bool]]:
-    """The IPv4 networks this machine is attached to or routes to, each with
-    where it comes from, for an operator, and whether the machine is on it
-    (attached) or routes to it: the default route and flannel's own (its
-    devices, the pod networks it serves now) left out."""
-    def ours(network: ipaddress.IPv4Network) -> bool:
-        return any(network.subnet_of(pod) for pod in pod_networks)
+                     pod_networks: Sequence = (), version: int = 4) -> list[tuple]:
+    """The networks of one IP version this machine is attached to or routes
+    to, each with where it comes from, for an operator, and whether the
+    machine is on it (attached) or routes to it: the default route and
+    flannel's own (its devices, the pod networks it serves now) left out."""
+    def ours(network) -> bool:
+        return any(network.version == pod.version and network.subnet_of(pod)
+                   for pod in pod_networks)
 
     found: dict[ipaddress.IPv4Network, tuple[str, bool]] = {}
     for link in links:
         if _flannels(link.name):
             continue
         for address in link.addresses:
-            if address.version == 4 and not ours(address.network) and not link.loopback:
+            if address.version == version and not ours(address.network) and not link.loopback:
                 found.setdefault(address.network,
                                  (f"the network of {link.name} ({address})", True))
     for route in routes:
@@ -101,7 +101,7 @@ def machine_networks(links: Iterable[Link], routes: Iterable[dict],
             network = ipaddress.ip_network(dst, strict=False)
         except ValueError:
             continue
-        if network.version != 4 or network.prefixlen == 0 or ours(network):
+        if network.version != version or network.prefixlen == 0 or ours(network):
             continue
         via = f" via {route['gateway']}" if route.get("gateway") else ""
         found.setdefault(network, (f"a route of this machine ({dst}{via} dev {dev})", False))
@@ -109,26 +109,28 @@ def machine_networks(links: Iterable[Link], routes: Iterable[dict],
             sorted(found.items(), key=lambda item: (item[0].network_address, item[0].prefixlen))]
 
 
-def cidr_conflict(cidr: ipaddress.IPv4Network,
-                  networks: Iterable[tuple[ipaddress.IPv4Network, str, bool]],
-                  service_cidr: Optional[str] = None) -> Optional[InvalidOption]:
-    """Why `cidr` cannot be the pod network here, or None: it overlaps a
-    network the machine is on, or covers one it routes to (a route wider
-    than the cidr, a VPN's 10.0.0.0/8 say, loses to flannel's longer
-    prefixes and breaks nothing)."""
+def cidr_conflict(cidr, networks: Iterable[tuple], service_cidr: Optional[str] = None,
+                  option: str = "cidr") -> Optional[InvalidOption]:
+    """Why `cidr` (IPv4, or IPv6 for `option` ipv6-cidr) cannot be the pod
+    network here, or None: it overlaps a network the machine is on, or
+    covers one it routes to (a route wider than the cidr, a VPN's
+    10.0.0.0/8 say, loses to flannel's longer prefixes and breaks nothing),
+    or the service-cidr of its family (a dual-stack one is "v4,v6")."""
     for network, where, attached in networks:
+        if network.version != cidr.version:
+            continue
         if cidr.overlaps(network) and (attached or network.subnet_of(cidr)):
             return InvalidOption(
-                "cidr", f"{cidr} overlaps {network}, {where}; use a range this "
+                option, f"{cidr} overlaps {network}, {where}; use a range this "
                         "machine neither is on nor routes to")
     for item in (service_cidr or "").split(","):
         try:
             service = ipaddress.ip_network(item.strip(), strict=False)
         except ValueError:
             continue
-        if service.version == 4 and cidr.overlaps(service):
+        if service.version == cidr.version and cidr.overlaps(service):
             return InvalidOption(
-                "cidr", f"{cidr} overlaps the Kubernetes service-cidr {service} the "
+                option, f"{cidr} overlaps the Kubernetes service-cidr {service} the "
                         "control plane publishes; use a range outside it")
     return None
 
@@ -169,6 +171,18 @@ def iface_problem(iface: str, links: Iterable[Link]) -> Optional[InvalidOption]:
         return InvalidOption("iface", f'"{iface}" has no IPv4 address; flanneld needs '
                                       "one to reach the other machines")
     return None
+
+
+def ipv6_problem(link: Optional[Link]) -> Optional[InvalidOption]:
+    """Why flanneld cannot carry IPv6 pod traffic on `link` (its interface),
+    or None: it sends to the other nodes from a global IPv6 address of the
+    interface (a unique local one will do), and with none it either exits
+    or falls back to the link-local address, which no other subnet reaches."""
+    if link is None or any(a.version == 6 for a in link.addresses):
+        return None
+    return InvalidOption("ipv6-cidr", f"IPv6 needs a global IPv6 address on {link.name}, "
+                                      "which flanneld sends on, and it has none; give it one, "
+                                      'set iface to one that has, or set ipv6-cidr to ""')
 
 
 def mtu_problem(mtu: int, link: Optional[Link]) -> Optional[InvalidOption]:

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from .adoption import HOST_LOCAL_TABLES, is_address
-from .daemon import network_shape
-from .subnet import read_lease
+from .daemon import ipv6_shape, network_shape
+from .subnet import SubnetEnv, read_lease
 
 CHAIN_PREFIX = "FLANNEL-"
 # the bridge whose routes and addresses belong to the pods still running
@@ -49,22 +49,48 @@ Run = Callable[[list], str]
 class ServedNetwork:
     """What flannel served on a node: each pod network with the prefix
     length of its subnets, and the CNI network name (host-local's table)."""
-    networks: tuple = ()          # ((IPv4Network, subnet_len), ...)
+    networks: tuple = ()          # ((IPv4Network or IPv6Network, subnet_len), ...)
     cni_network_name: str = ""
 
 
 def pod_networks(confirmed: Optional[dict], subnet_env: Path) -> tuple:
-    """The pod networks flanneld served here, each with its subnets' prefix
-    length: the one etcd confirmed, and the one its subnet.env names (they
-    differ mid-change)."""
+    """The pod networks flanneld served here, of both families, each with its
+    subnets' prefix length: those etcd confirmed, and those its subnet.env
+    names (they differ mid-change)."""
     networks = {}
     if confirmed and confirmed.get("Network"):
         network, subnet_len, _ = network_shape(confirmed)
         networks[network] = subnet_len
+        ipv6 = ipv6_shape(confirmed)
+        if ipv6:
+            networks[ipv6[0]] = ipv6[1]
     env = read_lease(subnet_env)
     if env is not None:
-        networks.setdefault(ipaddress.ip_network(env.network), env.subnet.network.prefixlen)
-    return tuple(sorted(networks.items(), key=str))
+        for network, length in lease_networks(env):
+            networks.setdefault(network, length)
+    return tuple(sorted(networks.items(), key=lambda item: (item[0].version, str(item[0]))))
+
+
+def lease_networks(env: SubnetEnv) -> list:
+    """(network, subnet_len) of each family a subnet.env's lease is in."""
+    found = [(env.network, env.subnet.network.prefixlen)]
+    if env.ipv6_network is not None and env.ipv6_subnet is not None:
+        found.append((env.ipv6_network, env.ipv6_subnet.network.prefixlen))
+    return found
+
+
+def forget_old_rules(old_lease: SubnetEnv, network: ipaddress.IPv4Network,
+                     ipv6: Optional[tuple], run: "Run | None" = None) -> list[str]:
+    """After a network change, while flanneld is stopped: its iptables rules
+    (it writes its own afresh at start, but only for the networks it serves
+    then: an IPv6 network turned off keeps its ip6tables rules forever, and
+    an old cidr its MASQUERADE), and its routes into the pod networks it no
+    longer serves (host-gw's IPv6 routes once IPv6 is off). Returns what
+    went, for the log."""
+    run = run or run_command
+    served = {network} | ({ipv6[0]} if ipv6 else set())
+    dropped = [(net, length) for net, length in lease_networks(old_lease) if net not in served]
+    return remove_iptables_rules(run) + remove_pod_network_routes(dropped, run)
 
 
 def run_command(argv: list) -> str:

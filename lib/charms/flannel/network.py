@@ -82,10 +82,11 @@ def write_network(store: NetworkStore, options: NetworkOptions,
     which is recorded), then ensure_network_config; True if this call wrote
     it. Raises InvalidOption (blocked, before anything is written) or
     EtcdUnavailable (waiting)."""
-    over_services = cidr_conflict(options.cidr, (),
-                                  shared_service_cidr(store, published_service_cidr))
-    if over_services:
-        raise over_services
+    services = shared_service_cidr(store, published_service_cidr)
+    for option, cidr in (("cidr", options.cidr), ("ipv6-cidr", options.ipv6_cidr)):
+        over_services = cidr_conflict(cidr, (), services, option=option) if cidr else None
+        if over_services:
+            raise over_services
     return ensure_network_config(store, options)
 
 
@@ -234,28 +235,38 @@ class NetworkStore:
     def leases(self) -> list[dict[str, Any]]:
         """The subnet leases flanneld holds (expired ones are gone from etcd).
 
-        Each is the lease's JSON (PublicIP, BackendType, ...) plus "Subnet",
-        taken from the key: "<prefix>/subnets/10.1.52.0-24" -> "10.1.52.0/24".
-        A lease whose value does not parse still counts, with only "Subnet".
+        Each is the lease's JSON (PublicIP, BackendType, ...) plus "Subnet"
+        and, for a dual-stack lease, "IPv6Subnet", taken from the key (the
+        value holds neither): "<prefix>/subnets/10.1.52.0-24" ->
+        "10.1.52.0/24"; "...10.1.52.0-24&fd10:1:0:5::-64" -> "10.1.52.0/24"
+        and "fd10:1:0:5::/64"; and "Key", the key itself. A lease whose
+        value does not parse still counts, without its JSON.
         """
         items = self._call(lambda client: client.get_prefix(self.subnets_prefix))
         leases = []
         for value, meta in items:
             key = meta["key"].decode() if isinstance(meta["key"], bytes) else str(meta["key"])
             lease = _json_object(value) or {}
-            lease["Subnet"] = key[len(self.subnets_prefix):].replace("-", "/")
+            subnet, _, ipv6_subnet = key[len(self.subnets_prefix):].partition("&")
+            lease["Subnet"] = _from_key(subnet)
+            if ipv6_subnet:
+                lease["IPv6Subnet"] = _from_key(ipv6_subnet)
+            lease["Key"] = key
             leases.append(lease)
         return leases
 
     def release_lease(self, subnet: str) -> bool:
-        """Delete the lease of `subnet` ("10.1.52.0/24"); True if it was there.
+        """Delete the lease of `subnet` ("10.1.52.0/24", a dual-stack lease's
+        IPv6 subnet with it); True if it was there.
 
         flanneld does not revoke its lease when it stops, and leases live
         24 h: a node leaving the network must give its lease back itself, or
         the network looks in use (a backend change is refused) for a day.
         """
-        key = self.subnets_prefix + subnet.replace("/", "-")
-        return bool(self._call(lambda client: client.delete(key)))
+        keys = [lease["Key"] for lease in self.leases() if lease["Subnet"] == subnet]
+        keys = keys or [self.subnets_prefix + subnet.replace("/", "-")]
+        return any([bool(self._call(lambda client, key=key: client.delete(key)))
+                    for key in keys])
 
     def close(self) -> None:
         self.session.close()
@@ -291,6 +302,13 @@ class NetworkStore:
             self._preferred = endpoint
             return result
         raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
+
+
+def _from_key(part: str) -> str:
+    """"10.1.52.0-24" -> "10.1.52.0/24" (flanneld's MakeSubnetKey, reversed:
+    the prefix length follows the last '-')."""
+    address, _, length = part.rpartition("-")
+    return f"{address}/{length}" if address else part
 
 
 def _json_object(value: bytes) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 BACKENDS = ("vxlan", "host-gw")
 # flanneld's own rules (CheckNetworkConfig in flannel's pkg/subnet/config.go,
@@ -25,6 +25,12 @@ MIN_SUBNETS_BITS = 2
 # and Linux refuses names over 15 characters (flanneld fails with "failed to
 # create vxlan device: numerical result out of range"): seven digits at most.
 MAX_VNI = 9_999_999
+# With IPv6 on, flanneld also makes flannel-v6.<VNI>: four digits at most.
+MAX_VNI_WITH_IPV6 = 9_999
+# flanneld's IPv6 rules (same CheckNetworkConfig): IPv6SubnetLen at most 126,
+# at least the IPv6Network's prefix + 2; the network at most a /124.
+MAX_IPV6_SUBNET_LEN = 126
+DEFAULT_IPV6_SUBNET_LEN = 64
 MAX_PORT = 65535
 VXLAN_KERNEL_PORT = 8472  # what port 0 means to flanneld's vxlan backend
 # vxlan's overhead over IPv4: flanneld gives flannel.<VNI> and every pod
@@ -45,6 +51,8 @@ DEFAULTS: Mapping[str, object] = {
     "vni": 1,
     "mtu": 0,
     "direct-routing": False,
+    "ipv6-cidr": "",
+    "ipv6-subnet-len": DEFAULT_IPV6_SUBNET_LEN,
 }
 
 # Ranges a pod network must not overlap: packets there never reach a pod.
@@ -54,6 +62,11 @@ _UNUSABLE = (
     (ipaddress.IPv4Network("169.254.0.0/16"), "169.254.0.0/16 (link-local)"),
     (ipaddress.IPv4Network("224.0.0.0/4"), "224.0.0.0/4 (multicast)"),
     (ipaddress.IPv4Network("240.0.0.0/4"), "240.0.0.0/4 (reserved)"),
+)
+_UNUSABLE_V6 = (
+    (ipaddress.IPv6Network("::/8"), "::/8 (loopback, unspecified, IPv4-mapped)"),
+    (ipaddress.IPv6Network("fe80::/10"), "fe80::/10 (link-local)"),
+    (ipaddress.IPv6Network("ff00::/8"), "ff00::/8 (multicast)"),
 )
 
 # Linux accepts up to 15 bytes without '/', ':' or whitespace (dev_valid_name);
@@ -84,6 +97,13 @@ class NetworkOptions:
     iface: str  # "" = let the charm pick the binding's interface
     mtu: int = 0  # the vxlan packets' MTU on the wire; 0 = the interface's (flanneld's choice)
     direct_routing: bool = False  # vxlan: plain routes to nodes on the same subnet
+    ipv6_cidr: Optional[ipaddress.IPv6Network] = None  # dual-stack's IPv6 pod network; None: off
+    ipv6_subnet_len: int = DEFAULT_IPV6_SUBNET_LEN
+
+    @property
+    def pod_networks(self) -> tuple:
+        """The pod networks, IPv4 first: what the principal is told ("v4,v6")."""
+        return (self.cidr,) + ((self.ipv6_cidr,) if self.ipv6_cidr else ())
 
 
 def parse_options(config: Mapping[str, object]) -> NetworkOptions:
@@ -118,6 +138,14 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
         )
     mtu = _parse_mtu(get("mtu"), backend)
     direct_routing = _parse_direct_routing(get("direct-routing"), backend)
+    ipv6_cidr = _parse_ipv6_cidr(get("ipv6-cidr"))
+    ipv6_subnet_len = _parse_int("ipv6-subnet-len", get("ipv6-subnet-len"))
+    if not 1 <= ipv6_subnet_len <= MAX_IPV6_SUBNET_LEN:
+        raise InvalidOption(
+            "ipv6-subnet-len", f"{ipv6_subnet_len} is out of range; use a prefix length from "
+                               f"1 to {MAX_IPV6_SUBNET_LEN}")
+    if ipv6_cidr is not None:
+        _check_ipv6_combination(ipv6_cidr, ipv6_subnet_len, vni, backend)
 
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
     if subnet_len < shortest:
@@ -134,8 +162,24 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
         )
     return NetworkOptions(
         cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface,
-        mtu=mtu, direct_routing=direct_routing,
+        mtu=mtu, direct_routing=direct_routing, ipv6_cidr=ipv6_cidr,
+        ipv6_subnet_len=ipv6_subnet_len,
     )
+
+
+def _check_ipv6_combination(ipv6_cidr: ipaddress.IPv6Network, subnet_len: int, vni: int,
+                            backend: str) -> None:
+    shortest = ipv6_cidr.prefixlen + MIN_SUBNETS_BITS
+    if subnet_len < shortest:
+        raise InvalidOption(
+            "ipv6-subnet-len",
+            f"{subnet_len} leaves ipv6-cidr {ipv6_cidr} fewer than four subnets, which "
+            f"flanneld refuses; use {shortest} to {MAX_IPV6_SUBNET_LEN}")
+    if backend == "vxlan" and vni > MAX_VNI_WITH_IPV6:
+        raise InvalidOption(
+            "vni", f"{vni} is too long for IPv6: flanneld's device flannel-v6.{vni} would "
+                   f"pass Linux's 15 characters; use 1 to {MAX_VNI_WITH_IPV6}, or set "
+                   "ipv6-cidr to \"\"")
 
 
 def network_config(options: NetworkOptions) -> dict[str, Any]:
@@ -150,11 +194,15 @@ def network_config(options: NetworkOptions) -> dict[str, Any]:
             backend["MTU"] = options.mtu
         if options.direct_routing:  # absent = every node through the vxlan device
             backend["DirectRouting"] = True
-    return {
+    config: dict[str, Any] = {
         "Network": str(options.cidr),
         "SubnetLen": options.subnet_len,
         "Backend": backend,
     }
+    if options.ipv6_cidr is not None:   # absent = IPv4 only (flanneld's default)
+        config.update(EnableIPv6=True, IPv6Network=str(options.ipv6_cidr),
+                      IPv6SubnetLen=options.ipv6_subnet_len)
+    return config
 
 
 def _quoted(value: object) -> str:
@@ -175,6 +223,10 @@ def _parse_cidr(value: object) -> ipaddress.IPv4Network:
     text = value
     if not text:
         raise InvalidOption("cidr", "it is empty; set an IPv4 network such as 10.1.0.0/16")
+    if "," in text:   # Calico's dual-stack form
+        raise InvalidOption(
+            "cidr", f"{_quoted(text)} holds more than one network; put the IPv4 pod network "
+                    "in cidr and the IPv6 one in ipv6-cidr")
     try:
         address = ipaddress.ip_network(text, strict=False)
     except ValueError:
@@ -182,8 +234,8 @@ def _parse_cidr(value: object) -> ipaddress.IPv4Network:
     if address.version == 6:
         raise InvalidOption(
             "cidr",
-            f"{_quoted(text)} is an IPv6 network; flannel here needs an IPv4 network "
-            "such as 10.1.0.0/16",
+            f"{_quoted(text)} is an IPv6 network; cidr is the IPv4 pod network "
+            "such as 10.1.0.0/16, and ipv6-cidr the IPv6 one",
         )
     assert isinstance(address, ipaddress.IPv4Network)
     if "/" not in text:
@@ -200,6 +252,38 @@ def _parse_cidr(value: object) -> ipaddress.IPv4Network:
                 "cidr",
                 f"{_quoted(text)} overlaps {label}; use a private range such as 10.1.0.0/16",
             )
+    return address
+
+
+def _parse_ipv6_cidr(value: object) -> Optional[ipaddress.IPv6Network]:
+    if not isinstance(value, str):
+        raise InvalidOption("ipv6-cidr", f"{_quoted(value)} is not an IPv6 network")
+    text = value
+    if text == "":
+        return None   # IPv4 only
+    try:
+        address = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise InvalidOption("ipv6-cidr", f"{_quoted(text)} is not an IPv6 network") from None
+    if address.version == 4:
+        raise InvalidOption("ipv6-cidr", f"{_quoted(text)} is an IPv4 network; the IPv4 pod "
+                                         "network is cidr: give an IPv6 network such as "
+                                         "fd10:1::/56")
+    assert isinstance(address, ipaddress.IPv6Network)
+    if "/" not in text:
+        raise InvalidOption("ipv6-cidr",
+                            f"{_quoted(text)} has no prefix length; write it like {text}/56")
+    if address.network_address != ipaddress.IPv6Address(text.split("/", 1)[0]):
+        raise InvalidOption("ipv6-cidr",
+                            f"{_quoted(text)} has host bits set; did you mean {address}?")
+    for unusable, label in _UNUSABLE_V6:
+        if address.overlaps(unusable):
+            raise InvalidOption("ipv6-cidr", f"{_quoted(text)} overlaps {label}; use a unique "
+                                             "local range such as fd10:1::/56")
+    if address.prefixlen > MAX_IPV6_SUBNET_LEN - MIN_SUBNETS_BITS:
+        raise InvalidOption("ipv6-cidr", f"{address} is too small for flannel; use a prefix "
+                                         f"of /{MAX_IPV6_SUBNET_LEN - MIN_SUBNETS_BITS} "
+                                         "or shorter")
     return address
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import daemon, paths
+from . import daemon, leftovers, paths
 from .credentials import ClientFiles
 from .install_record import InstallRecord
 from .systemd import Systemd
@@ -63,11 +63,15 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     log("flanneld inputs changed; (re)starting {}".format(SERVICE))
     systemd.do("stop", SERVICE)
     network, subnet_len, vni = daemon.network_shape(confirmed)
+    ipv6 = daemon.ipv6_shape(confirmed)
     forgotten = daemon.forget_old_network(
         network, subnet_len, subnet_env, daemon.vxlan_link_name(vni) if vni else None,
-        pod_mtu=daemon.pod_mtu(confirmed, underlay_mtu))
+        pod_mtu=daemon.pod_mtu(confirmed, underlay_mtu), ipv6=ipv6)
     if forgotten:
         log("Dropped what the previous network left: {}".format(forgotten))
+    if forgotten.old_lease is not None:
+        for line in leftovers.forget_old_rules(forgotten.old_lease, network, ipv6):
+            log("Dropped the previous network's {}".format(line))
     if state.flanneld_iface not in (None, iface):
         moved(state.flanneld_iface, iface)
     state.flanneld_iface = iface

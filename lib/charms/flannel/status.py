@@ -43,6 +43,7 @@ class Observations:
     # earlier one): not running now means it exited, not that it is starting
     service_started: bool = False
     cidr: Optional[ipaddress.IPv4Network] = None  # the network etcd confirmed
+    ipv6_cidr: Optional[ipaddress.IPv6Network] = None  # its IPv6 network (dual-stack)
     subnet: Optional[SubnetEnv] = None
     cni_problem: Optional[str] = None  # a plugin of the CNI chain missing (cni.chain_problem)
 
@@ -76,12 +77,18 @@ def assess(seen: Observations) -> Status:
         # flanneld is fine, but no pod on this node can start.
         return Status("blocked", seen.cni_problem)
     subnet = seen.subnet
-    # A subnet.env left from before a cidr change is stale until flanneld
-    # leases anew; claiming it would be a lie.
-    if subnet is None or (seen.cidr is not None and not _inside(subnet, seen.cidr)):
+    # A subnet.env left from before a cidr change (or IPv6 turned on or
+    # off) is stale until flanneld leases anew; claiming it would be a lie.
+    if subnet is None or (seen.cidr is not None and not _inside(subnet, seen.cidr,
+                                                                 seen.ipv6_cidr)):
         return Status("waiting", NEGOTIATING)
-    return Status("active", f"Flannel subnet {subnet.subnet}")
+    return Status("active", "Flannel subnet " + ", ".join(map(str, subnet.gateways)))
 
 
-def _inside(subnet: SubnetEnv, cidr: ipaddress.IPv4Network) -> bool:
-    return subnet.subnet.network.subnet_of(cidr)
+def _inside(subnet: SubnetEnv, cidr: ipaddress.IPv4Network,
+            ipv6_cidr: Optional[ipaddress.IPv6Network]) -> bool:
+    if not subnet.subnet.network.subnet_of(cidr):
+        return False
+    if ipv6_cidr is None:
+        return subnet.ipv6_subnet is None
+    return subnet.ipv6_subnet is not None and subnet.ipv6_subnet.network.subnet_of(ipv6_cidr)

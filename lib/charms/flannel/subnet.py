@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 REQUIRED = ("FLANNEL_NETWORK", "FLANNEL_SUBNET", "FLANNEL_MTU", "FLANNEL_IPMASQ")
 
@@ -20,12 +21,21 @@ class SubnetEnv:
     subnet: ipaddress.IPv4Interface  # this node's gateway/lease, e.g. 10.1.52.1/24
     mtu: int
     ipmasq: bool
+    # dual-stack: the IPv6 pod network and this node's gateway/lease in it
+    ipv6_network: Optional[ipaddress.IPv6Network] = None   # fd10:1::/56
+    ipv6_subnet: Optional[ipaddress.IPv6Interface] = None  # fd10:1:0:5::1/64
+
+    @property
+    def gateways(self) -> tuple:
+        """This node's gateway of each family (the pods' bridge holds them)."""
+        return (self.subnet,) + ((self.ipv6_subnet,) if self.ipv6_subnet else ())
 
 
 def parse_subnet_env(text: str) -> SubnetEnv:
-    """Parse KEY=VALUE lines; blank lines, comments and keys other than the
-    four IPv4 ones (FLANNEL_IPV6_*) are ignored. Raises IncompleteSubnetEnv
-    (a ValueError) when a variable is missing, ValueError on a bad value."""
+    """Parse KEY=VALUE lines; blank lines, comments and other keys are
+    ignored; FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET (dual-stack) are
+    read when both are there. Raises IncompleteSubnetEnv (a ValueError)
+    when an IPv4 variable is missing, ValueError on a bad value."""
     values: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -49,11 +59,14 @@ def parse_subnet_env(text: str) -> SubnetEnv:
         raise ValueError(f"FLANNEL_MTU is not a number: {values['FLANNEL_MTU']!r}") from None
     if mtu <= 0:
         raise ValueError(f"FLANNEL_MTU is not positive: {mtu}")
+    ipv6 = values.get("FLANNEL_IPV6_NETWORK"), values.get("FLANNEL_IPV6_SUBNET")
     return SubnetEnv(
         network=ipaddress.IPv4Network(values["FLANNEL_NETWORK"]),
         subnet=ipaddress.IPv4Interface(values["FLANNEL_SUBNET"]),
         mtu=mtu,
         ipmasq=ipmasq == "true",
+        ipv6_network=ipaddress.IPv6Network(ipv6[0]) if all(ipv6) else None,
+        ipv6_subnet=ipaddress.IPv6Interface(ipv6[1]) if all(ipv6) else None,
     )
 
 
