@@ -37,6 +37,7 @@ API::
     pod = CriPod.create(machine, "p1", timeout=60)   # runp + busybox container
         # raises PodFailed(containerd's message) after removing the half-made pod
     pod.name, pod.machine, pod.pod_id, pod.container_id, pod.address, pod.interface,
+    pod.address6 (its IPv6 address on a dual-stack network, else None),
     pod.netns_path (/proc/PID/ns/net of the pause process, for host-side pings)
     pod.ping(address, count=3, wait=1.0) -> bool    # `crictl exec ... ping` in the container
     pod.exec(argv, check=True) -> CompletedProcess  # crictl exec in the container
@@ -501,6 +502,7 @@ class CriPod:
         self.container_id: str | None = None
         self.interface: str | None = None
         self.address: str | None = None
+        self.address6: str | None = None
         self.pause_pid: int | None = None
         self.dir = runtime.base / "pods" / name
 
@@ -553,6 +555,10 @@ class CriPod:
                 raise PodFailed(_cri_message(proc), proc.stderr)
             status = pod.inspect()
             pod.address = status["status"]["network"]["ip"]
+            # a dual-stack network's IPv6 address (CRI's additionalIps)
+            pod.address6 = next((extra["ip"] for extra in
+                                 status["status"]["network"].get("additionalIps") or []
+                                 if ":" in extra.get("ip", "")), None)
             pod.pause_pid = int(status["info"]["pid"])
             if not pod.address:
                 raise PodFailed(f"crictl inspectp {pod.pod_id}: no address")

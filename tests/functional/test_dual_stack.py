@@ -1,0 +1,176 @@
+"""Dual-stack pods, as an operator checks them after `juju config flannel
+ipv6-cidr=fd10:1::/56`: each node leases an IPv6 subnet beside its IPv4 one
+(the status names both), the principal hears "v4,v6" on the cni relation,
+every pod (cnitool's and containerd's) gets an address of each family, and
+pods on different machines reach each other by ping and ping6, over vxlan
+(flannel.1 and flannel-v6.1) and over host-gw (a route per family to each
+other node). The sandbox's machines have IPv6 twins of their addresses
+(fdf1:31:254::11 beside 172.31.254.11), as on a dual-stack data-centre
+network.
+
+Turning IPv6 off and on is a network change: flanneld leases every node
+anew, with no reboot, new pods get the new shape at once, and nothing of
+IPv6 (flannel-v6.1, ip6tables chains, the bridge's IPv6 gateway) stays
+while it is off. Removing flannel leaves nothing of either family on the
+nodes, and adding it back keeps both subnets."""
+from __future__ import annotations
+
+import ipaddress
+import re
+
+import pytest
+from functional_kit import deploy_and_wait
+
+from sandbox.cluster import CNI_RELATION
+
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("dual_stack")]
+
+MACHINES = ("m1", "m2")
+IPV6_CIDR = "fd10:1::/56"
+DUAL = {"ipv6-cidr": IPV6_CIDR}
+ACTIVE_DUAL = re.compile(r"Flannel subnet 10\.1\.\d+\.1/24, fd10:1:0:[0-9a-f]+::1/64")
+ACTIVE_V4 = re.compile(r"Flannel subnet 10\.1\.\d+\.1/24")
+
+
+@pytest.fixture(scope="module")
+def cluster(open_cluster):
+    with open_cluster("dual-stack", workers=2) as opened:
+        deploy_and_wait(opened, config=DUAL)
+        yield opened
+
+
+def gateways(cluster, machine: str) -> tuple:
+    env = cluster.subnet_env(machine)
+    return env.get("FLANNEL_SUBNET"), env.get("FLANNEL_IPV6_SUBNET")
+
+
+def delete_pods(cluster, pods) -> None:
+    """kubectl delete pod: the runtime's CNI DEL, and the sandbox gone."""
+    for pod in list(pods):
+        pod.delete()
+        cluster.pods.remove(pod)
+
+
+def published_cidr(cluster) -> str:
+    rid = cluster.controller.relation_id(*CNI_RELATION)
+    return cluster.controller.relation_data(rid, cluster.unit_on("m1")).get("cidr", "")
+
+
+def assert_pods_reach_each_other_in_both_families(cluster) -> dict:
+    pods = {m: cluster.start_pod(m) for m in MACHINES}
+    for m, pod in pods.items():
+        v4, v6 = gateways(cluster, m)
+        assert pod.address6 is not None, f"the pod on {m} got no IPv6 address: {pod.result}"
+        assert ipaddress.ip_address(pod.address) in ipaddress.ip_interface(v4).network
+        assert ipaddress.ip_address(pod.address6) in ipaddress.ip_interface(v6).network
+    a, b = pods["m1"], pods["m2"]
+    assert a.ping(b.address) and b.ping(a.address), "IPv4 between the machines' pods"
+    assert a.ping(b.address6), f"ping6 {b.address6} from {a.address6}: no answer"
+    assert b.ping(a.address6), f"ping6 {a.address6} from {b.address6}: no answer"
+    cluster.say(f"   pods {a.address}/{a.address6} <-> {b.address}/{b.address6}: "
+                "ping and ping6 answered")
+    return pods
+
+
+def test_each_node_leases_both_families_and_pods_reach_each_other(cluster):
+    messages = cluster.wait_for_flannel()
+    for unit, message in messages.items():
+        assert ACTIVE_DUAL.fullmatch(message), f"{unit}: {message}"
+    assert published_cidr(cluster) == f"10.1.0.0/16,{IPV6_CIDR}"
+    config = cluster.network_config()
+    assert (config["EnableIPv6"], config["IPv6Network"], config["IPv6SubnetLen"]) == \
+        (True, IPV6_CIDR, 64)
+    for m in MACHINES:
+        links = cluster.vxlan_links(m)
+        assert {"flannel.1", "flannel-v6.1"} <= set(links), links
+        assert links["flannel-v6.1"]["dev"] == "eth0"
+    assert_pods_reach_each_other_in_both_families(cluster)
+
+
+def test_a_cri_pod_gets_both_families_and_reaches_the_other_machine(cluster):
+    """containerd's pod sandbox, as a kubelet makes it: CRI reports the IPv6
+    address as an additional IP, and the busybox inside pings both ways."""
+    cri = cluster.start_pod("m1", runtime="cri")
+    other = cluster.start_pod("m2")
+    assert cri.address6 and ipaddress.ip_address(cri.address6) in \
+        ipaddress.ip_network(IPV6_CIDR), cri.inspect()["status"]["network"]
+    assert cri.ping(other.address6), f"busybox ping {other.address6} from {cri.address6}"
+    assert other.ping(cri.address6)
+    delete_pods(cluster, [cri, other])
+
+
+def test_an_ipv6_cidr_the_machines_are_on_is_refused_and_nothing_moves(cluster):
+    settled = cluster.network_config()
+    pids = {m: cluster.flanneld_pids(m) for m in MACHINES}
+    try:
+        cluster.configure(**{"ipv6-cidr": "fdf1:31::/32"})
+        messages = cluster.wait_for_flannel(timeout=120, state="blocked")
+        for unit, message in messages.items():
+            assert message.startswith("Invalid ipv6-cidr: fdf1:31::/32 overlaps "
+                                      "fdf1:31:254::/64, the network of eth0"), message
+        assert cluster.network_config() == settled
+        assert {m: cluster.flanneld_pids(m) for m in MACHINES} == pids
+    finally:
+        cluster.configure(**DUAL)
+    cluster.wait_for_flannel(timeout=120)
+
+
+def test_turning_ipv6_off_and_on_is_a_network_change_without_a_reboot(cluster):
+    old = {m: cluster.start_pod(m) for m in MACHINES}
+    cluster.configure(**{"ipv6-cidr": ""})
+    messages = cluster.wait_for_flannel(timeout=180)
+    for unit, message in messages.items():
+        assert ACTIVE_V4.fullmatch(message), f"{unit}: {message}"
+    assert published_cidr(cluster) == "10.1.0.0/16"
+    assert "EnableIPv6" not in cluster.network_config()
+    for m in MACHINES:
+        assert gateways(cluster, m)[1] is None, cluster.subnet_env(m)
+        assert "flannel-v6.1" not in cluster.vxlan_links(m)
+        ip6 = cluster.machines[m].run(["ip6tables-save"]).stdout
+        assert "FLANNEL" not in ip6, f"{m} keeps flanneld's ip6tables rules:\n{ip6}"
+        assert not [r for r in cluster.machines[m].ip_json("-6", "addr", "show", "dev", "cni0")
+                    [0].get("addr_info", []) if r.get("scope") == "global"], \
+            f"{m}: cni0 keeps an IPv6 gateway"
+    delete_pods(cluster, old.values())   # of the old leases: recreated, as pods are
+    pods = {m: cluster.start_pod(m) for m in MACHINES}
+    assert all(pod.address6 is None for pod in pods.values()), pods
+    assert pods["m1"].ping(pods["m2"].address)
+
+    cluster.configure(**DUAL)
+    messages = cluster.wait_for_flannel(timeout=180)
+    for unit, message in messages.items():
+        assert ACTIVE_DUAL.fullmatch(message), f"{unit}: {message}"
+    assert published_cidr(cluster) == f"10.1.0.0/16,{IPV6_CIDR}"
+    delete_pods(cluster, pods.values())
+    assert_pods_reach_each_other_in_both_families(cluster)
+
+
+def test_remove_add_keeps_both_subnets_and_leaves_nothing_of_either_family(cluster):
+    before = {m: gateways(cluster, m) for m in MACHINES}
+    delete_pods(cluster, cluster.pods)
+    cluster.remove_cni_relation()
+    assert cluster.flannel_units() == []
+    for m in MACHINES:
+        left = cluster.flannel_leftovers(m, pods_stay=False)
+        assert left == [], f"{m} keeps what flannel made: {left}"
+    cluster.add_cni_relation()
+    cluster.wait_for_flannel(timeout=180)
+    assert {m: gateways(cluster, m) for m in MACHINES} == before
+    assert_pods_reach_each_other_in_both_families(cluster)
+
+
+def test_host_gw_routes_each_family_to_the_other_node(open_cluster):
+    with open_cluster("dual-stack-host-gw", workers=2) as cluster:
+        deploy_and_wait(cluster, config={**DUAL, "backend": "host-gw"})
+        for m, other in (("m1", "m2"), ("m2", "m1")):
+            v6 = str(ipaddress.ip_interface(gateways(cluster, other)[1]).network)
+            routes = {(r.get("dst"), r.get("gateway"), r.get("dev"))
+                      for r in cluster.machines[m].ip_json("-6", "route", "show")}
+            assert (v6, cluster.machines[other].address6, "eth0") in routes, routes
+            assert not cluster.vxlan_links(m)
+        assert_pods_reach_each_other_in_both_families(cluster)
+        delete_pods(cluster, cluster.pods)
+        cluster.remove_cni_relation()
+        for m in MACHINES:
+            left = cluster.flannel_leftovers(m, pods_stay=False)
+            assert left == [], f"{m} keeps what flannel made: {left}"
