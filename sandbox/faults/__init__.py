@@ -8,4 +8,10 @@ concurrent first configuration)."""
 from sandbox.faults import etcd_faults, hook_faults, node_faults  # noqa: F401  (register rows)
 from sandbox.faults.core import ROWS, FaultBench, Outcome, Row, row, run_row, table
 
-__all__ = ["ROWS", "FaultBench", "Outcome", "Row", "row", "run_row", "table"]
+# The rows whose fault is the pod network's own (its leases wiped, flanneld
+# killed, the node's network gone with the power): played in dual-stack too.
+NETWORK_ROWS = ("2 etcd data wiped", "7a flanneld killed with SIGKILL", "8 machine reboot")
+DUAL_STACK = {"ipv6-cidr": "fd10:1::/56"}   # the flannel options of a dual-stack row
+
+__all__ = ["ROWS", "NETWORK_ROWS", "DUAL_STACK", "FaultBench", "Outcome", "Row", "row",
+           "run_row", "table"]

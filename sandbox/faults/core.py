@@ -90,10 +90,20 @@ def sha256_of(path: Path) -> Optional[str]:
         return None
 
 
+def unreachable(pod: Pod, peer: Pod) -> list[str]:
+    """The addresses of `peer` (IPv4, and IPv6 when both pods have one)
+    that `pod` does not reach."""
+    addresses = [peer.address] + ([peer.address6] if pod.address6 and peer.address6 else [])
+    return [a for a in addresses if ping_from_netns(pod.netns, a, count=3) == 0]
+
+
 class FaultBench:
-    def __init__(self, cluster: Cluster, say: Callable[[str], None] = lambda _: None):
+    def __init__(self, cluster: Cluster, say: Callable[[str], None] = lambda _: None,
+                 network_config: Optional[dict] = None):
         self.cluster = cluster
         self.say = say
+        # flannel options every deploy() of the row gets (dual-stack: ipv6-cidr)
+        self.network_config = dict(network_config or {})
         self.seen: list[str] = []
         self.worker_files: dict[str, dict[str, str]] = {}   # machine -> name -> sha256
         self.pods: dict[str, Pod] = {}                      # machine -> a pod made before the fault
@@ -113,7 +123,7 @@ class FaultBench:
                timeout: float = 180) -> None:
         """Deploy flannel related to etcd and the worker; with settle_active,
         wait until every unit is active, snapshot() and start a pod per machine."""
-        self.cluster.deploy_flannel(config=config)
+        self.cluster.deploy_flannel(config={**self.network_config, **(config or {})})
         if settle_active:
             self.cluster.wait_for_flannel(timeout=timeout)
             self.snapshot()
@@ -265,15 +275,16 @@ class FaultBench:
         return problems
 
     def old_pods_problems(self, during: str = "") -> list[str]:
-        """The pods of snapshot() that no longer reach each other across machines."""
+        """The pods of snapshot() that no longer reach each other across
+        machines (by each family both have)."""
         problems = []
         pods = list(self.pods.items())
         for machine, pod in pods:
             for other, peer in pods:
-                if other != machine and ping_from_netns(pod.netns, peer.address, count=3) == 0:
+                for address in unreachable(pod, peer) if other != machine else ():
                     where = f"on {other} {during}".rstrip()
                     problems.append(f"pod {pod.name} on {machine} cannot reach pod {peer.name} "
-                                    f"({peer.address}) {where}")
+                                    f"({address}) {where}")
         return problems
 
     def pod_problems(self) -> list[str]:
@@ -284,10 +295,12 @@ class FaultBench:
             if pod is None:
                 problems.append(f"a new pod on {machine} got no address: {error}")
                 continue
+            if self.network_config.get("ipv6-cidr") and pod.address6 is None:
+                problems.append(f"a new pod on {machine} got no IPv6 address: {pod.result}")
             for other, peer in pods:
-                if other != machine and ping_from_netns(pod.netns, peer.address, count=3) == 0:
+                for address in unreachable(pod, peer) if other != machine else ():
                     problems.append(f"new pod {pod.name} on {machine} cannot reach pod "
-                                    f"{peer.name} ({peer.address}) on {other}")
+                                    f"{peer.name} ({address}) on {other}")
         return problems
 
     def _settled_node_state(self, machine: str):
@@ -351,17 +364,20 @@ class FaultBench:
 
 
 def open_bench(charm_dir: Path, resource: Path, say: Callable[[str], None], *, workers: int = 2,
-               label: str = "") -> tuple[Cluster, FaultBench]:
+               label: str = "", network_config: Optional[dict] = None
+               ) -> tuple[Cluster, FaultBench]:
     """A started cluster (not yet entered as a context) and its bench."""
     cluster = Cluster(charm_dir, resource, workers=workers,
                       say=(lambda t: say(f"[{label}] {t}")) if label else say)
-    return cluster, FaultBench(cluster, say=cluster.say)
+    return cluster, FaultBench(cluster, say=cluster.say, network_config=network_config)
 
 
 def run_row(row_: Row, charm_dir: Path, resource: Path,
-            say: Callable[[str], None] = print) -> Outcome:
-    """Play one row on a fresh cluster; a row that raises is a failed row."""
-    cluster, bench = open_bench(charm_dir, resource, say, workers=row_.workers, label=row_.name)
+            say: Callable[[str], None] = print, network_config: Optional[dict] = None) -> Outcome:
+    """Play one row on a fresh cluster (flannel deployed with
+    `network_config`'s options); a row that raises is a failed row."""
+    cluster, bench = open_bench(charm_dir, resource, say, workers=row_.workers, label=row_.name,
+                                network_config=network_config)
     started = time.monotonic()
     try:
         with cluster:

@@ -88,9 +88,12 @@ def status_names_etcd(bench: FaultBench, statuses: dict[str, str], during: str) 
 
 
 def subnets(bench: FaultBench) -> dict[str, str]:
-    """machine -> FLANNEL_SUBNET of its subnet.env ('' if none)."""
-    return {m: bench.cluster.subnet_env(m).get("FLANNEL_SUBNET", "")
-            for m in bench.cluster.worker_machines()}
+    """machine -> the gateways of its subnet.env's lease ('' if none):
+    "10.1.52.1/24", or dual-stack "10.1.52.1/24&fd10:1:0:5::1/64"."""
+    def lease(env: dict) -> str:
+        return "&".join(env[key] for key in ("FLANNEL_SUBNET", "FLANNEL_IPV6_SUBNET")
+                        if env.get(key))
+    return {m: lease(bench.cluster.subnet_env(m)) for m in bench.cluster.worker_machines()}
 
 
 def pods_ping(bench: FaultBench, during: str) -> list[str]:
@@ -322,8 +325,11 @@ def one_member_of_three_down(bench: FaultBench) -> Outcome:
 # --- 2: etcd rebuilt from nothing --------------------------------------------------------
 
 def expected_leases(before: dict[str, str]) -> set[str]:
-    return {f"{NETWORK_PREFIX}/subnets/"
-            + str(ipaddress.ip_interface(s).network).replace("/", "-") for s in before.values()}
+    """flanneld's lease keys of subnets() ("...10.1.52.0-24&fd10:1:0:5::-64")."""
+    return {f"{NETWORK_PREFIX}/subnets/" + "&".join(
+                str(ipaddress.ip_interface(gateway).network).replace("/", "-")
+                for gateway in lease.split("&"))
+            for lease in before.values()}
 
 
 @row("2 etcd data wiped")

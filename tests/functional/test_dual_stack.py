@@ -87,6 +87,18 @@ def test_each_node_leases_both_families_and_pods_reach_each_other(cluster):
     assert_pods_reach_each_other_in_both_families(cluster)
 
 
+def test_update_status_finds_each_dual_stack_lease_and_restarts_nothing(cluster):
+    """update-status looks for the node's lease in etcd under flanneld's key
+    for it, both subnets ("10.1.3.0-24&fd10:1:0:3b::-64"): looked for under the
+    IPv4 subnet alone, it was "lost" at every update-status, and flanneld
+    restarted every five minutes."""
+    pids = {m: cluster.flanneld_pids(m) for m in MACHINES}
+    cluster.controller.update_status("flannel")
+    cluster.settle()
+    assert {m: cluster.flanneld_pids(m) for m in MACHINES} == pids
+    assert not cluster.failed_hooks()
+
+
 def test_a_cri_pod_gets_both_families_and_reaches_the_other_machine(cluster):
     """containerd's pod sandbox, as a kubelet makes it: CRI reports the IPv6
     address as an additional IP, and the busybox inside pings both ways."""

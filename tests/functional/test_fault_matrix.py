@@ -3,13 +3,13 @@ two-machine cluster with pods (the same rows `python -m sandbox faults`
 plays). A row passes when the unit came back by itself, no worker file was
 lost, the install record matches the disk and the pods still talk; the
 table (statuses seen during each fault, recovery times) is printed in the
-session summary."""
+session summary. The rows about the pod network play again in dual-stack."""
 from __future__ import annotations
 
 import pytest
 from functional_kit import FAULT_OUTCOMES
 
-from sandbox.faults import ROWS, FaultBench, table
+from sandbox.faults import DUAL_STACK, NETWORK_ROWS, ROWS, FaultBench, table
 
 pytestmark = pytest.mark.functional
 
@@ -21,6 +21,20 @@ def test_fault_row(name, open_cluster):
     r = ROWS[name]
     with open_cluster(f"fault {name}", r.workers) as cluster:
         outcome = r.play(FaultBench(cluster, say=cluster.say))
+    FAULT_OUTCOMES.append(outcome)
+    cluster.say(table([outcome]))
+    assert outcome.files_lost == 0, outcome.problems
+    assert outcome.problems == []
+
+
+@pytest.mark.parametrize("name", NETWORK_ROWS)
+def test_fault_row_in_dual_stack(name, open_cluster):
+    """The same row with ipv6-cidr set: the leases, routes and devices it
+    breaks are of both families, and every pod check pings both."""
+    r = ROWS[name]
+    with open_cluster(f"fault {name} (dual-stack)", r.workers) as cluster:
+        outcome = r.play(FaultBench(cluster, say=cluster.say, network_config=DUAL_STACK))
+    outcome.fault += " (dual-stack)"
     FAULT_OUTCOMES.append(outcome)
     cluster.say(table([outcome]))
     assert outcome.files_lost == 0, outcome.problems

@@ -61,3 +61,31 @@ def test_etcd_away_is_a_problem_naming_it_and_nothing_else(pki, tmp_path):
                         subnet_env(tmp_path), timeout=1.0)
     assert seen.problem.startswith("cannot reach etcd: https://127.0.0.1:%d" % port)
     assert (seen.config_missing, seen.lost_lease, seen.answered) == (False, None, None)
+
+
+DUAL = {**NETWORK, "EnableIPv6": True, "IPv6Network": "fd10:1::/56", "IPv6SubnetLen": 64}
+DUAL_ENV = SUBNET_ENV + "FLANNEL_IPV6_NETWORK=fd10:1::/56\nFLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n"
+
+
+def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(etcd, pki, prefix,
+                                                                          tmp_path):
+    """Looked for under "10.1.52.0-24" alone, it was lost at every update-status
+    (and flanneld restarted)."""
+    etcd_store = store(etcd, pki, prefix)
+    etcd_store.write_config(DUAL)
+    key = f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64"
+    etcd_store._call(lambda client: client.put(key, b"{}"))
+    env = subnet_env(tmp_path, DUAL_ENV)
+    assert look_at_etcd(etcd.endpoint, files(pki), DUAL, env, prefix=prefix).lost_lease is None
+    etcd_store._call(lambda client: client.delete(key))
+    assert look_at_etcd(etcd.endpoint, files(pki), DUAL, env, prefix=prefix).lost_lease == \
+        "10.1.52.0/24&fd10:1:0:5::/64"
+
+
+def test_a_lease_of_the_other_ipv6_shape_is_being_re_leased_not_lost(etcd, pki, prefix,
+                                                                    tmp_path):
+    etcd_store = store(etcd, pki, prefix)
+    etcd_store.write_config(DUAL)
+    v4_only = subnet_env(tmp_path)   # IPv6 just turned on: flanneld leases anew
+    assert look_at_etcd(etcd.endpoint, files(pki), DUAL, v4_only, prefix=prefix).lost_lease \
+        is None
