@@ -26,6 +26,7 @@ from sandbox.cluster import CNI_RELATION
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("dual_stack")]
 
 MACHINES = ("m1", "m2")
+IPV6_AND_ICMPV6_HEADERS = 48
 IPV6_CIDR = "fd10:1::/56"
 DUAL = {"ipv6-cidr": IPV6_CIDR}
 ACTIVE_DUAL = re.compile(r"Flannel subnet 10\.1\.\d+\.1/24, fd10:1:0:[0-9a-f]+::1/64")
@@ -85,6 +86,21 @@ def test_each_node_leases_both_families_and_pods_reach_each_other(cluster):
         assert {"flannel.1", "flannel-v6.1"} <= set(links), links
         assert links["flannel-v6.1"]["dev"] == "eth0"
     assert_pods_reach_each_other_in_both_families(cluster)
+
+
+def test_ipv6_packets_too_big_for_flannel_v6_are_refused_in_the_pod_not_lost(cluster):
+    """vxlan over IPv6 costs 20 bytes more: flannel-v6.1 is smaller than the
+    MTU pods get (FLANNEL_MTU). A full-size IPv6 packet with no room to
+    fragment is answered "packet too big" by the pod's own node, and the
+    pod's next one fails at once with "Message too long" (path-MTU discovery,
+    which TCP relies on): never silence."""
+    device = cluster.vxlan_links("m1")["flannel-v6.1"]["mtu"]
+    assert device == int(cluster.subnet_env("m1")["FLANNEL_MTU"]) - 20
+    a, b = cluster.start_pod("m1"), cluster.start_pod("m2")
+    full = device - IPV6_AND_ICMPV6_HEADERS
+    assert a.ping_unfragmented(b.address6, full) == "answered"
+    assert a.ping_unfragmented(b.address6, full + 1) == "Message too long"
+    delete_pods(cluster, [a, b])
 
 
 def test_update_status_finds_each_dual_stack_lease_and_restarts_nothing(cluster):
