@@ -17,7 +17,9 @@ smaller than the interface, as through a tunnel) with `mtu` 0, flanneld's
 own choice (pods get 1450: full-size packets vanish on the way, so one TCP
 stream stalls), then with `mtu` 1400 (pods get 1350, and it flows); the
 nodes' baseline there is taken with their eth0 set to the path's 1400.
-Dual-stack is not in it yet (issue 17, item 1).
+Dual-stack (`ipv6-cidr`), over vxlan and host-gw, is measured in each family
+on the same cluster: IPv4 pod to pod against IPv4 node to node, IPv6 pod to
+pod against the nodes' IPv6 twins.
 
 Everything runs in the sandbox's namespaces: the TCP ends are the host's
 python3 entered into the pods' and machines' network namespaces.
@@ -50,7 +52,8 @@ role, mode, addr = sys.argv[1], sys.argv[2], sys.argv[3]
 arg = float(sys.argv[4]) if len(sys.argv) > 4 else 0
 port = %d
 if role == "server":
-    listener = socket.socket(); listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    listener = socket.socket(family); listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((addr, port)); listener.listen(1)
     print("ready", flush=True)
     conn, _ = listener.accept()
@@ -102,6 +105,7 @@ class Figures:
     node_mbit_s: float
     pod_rtt_ms: float
     node_rtt_ms: float
+    family: int = 4   # the IP version pods and nodes talked over
 
     @property
     def throughput_ratio(self) -> float:
@@ -150,13 +154,17 @@ def round_trip(server_ns: str, address: str, client_ns: str, rounds: int = RTT_R
     return statistics.median(times) * 1000 if times else float("nan")
 
 
-# (name, flannel options, switch MTU or None, nodes' eth0 MTU or None)
+DUAL_STACK = {"ipv6-cidr": "fd10:1::/56"}
+# (name, flannel options, switch MTU or None, nodes' eth0 MTU or None); a
+# dual-stack setting is measured in each family
 SETTINGS = [
     ("vxlan", {}, None, None),
     ("vxlan, direct routing", {"direct-routing": True}, None, None),
     ("host-gw", {"backend": "host-gw"}, None, None),
     ("vxlan, 1400-byte path, mtu 0 (wrong)", {}, 1400, 1500),
     ("vxlan, 1400-byte path, mtu 1400", {"mtu": 1400}, 1400, 1500),
+    ("vxlan, dual-stack", DUAL_STACK, None, None),
+    ("host-gw, dual-stack", {**DUAL_STACK, "backend": "host-gw"}, None, None),
 ]
 
 
@@ -169,10 +177,13 @@ def _narrow_the_path(cluster, switch_mtu: int, eth0_mtu: int) -> None:
 
 
 def measure(charm_dir: Path, resource: Path, setting: tuple, seconds: float,
-            say: Callable[[str], None]) -> Figures:
+            say: Callable[[str], None]) -> list[Figures]:
+    """One row per family the setting's pods have (IPv4, and IPv6 for a
+    dual-stack one), pods and nodes measured in the same family."""
     from sandbox.cluster import Cluster
 
     name, options, switch_mtu, eth0_mtu = setting
+    rows = []
     with Cluster(charm_dir, resource, workers=2, say=lambda t: say(f"[{name}] {t}")) as cluster:
         if switch_mtu:
             _narrow_the_path(cluster, switch_mtu, eth0_mtu)
@@ -181,23 +192,30 @@ def measure(charm_dir: Path, resource: Path, setting: tuple, seconds: float,
         pods = {m: cluster.start_pod(m) for m in ("m1", "m2")}
         m1, m2 = cluster.machines["m1"], cluster.machines["m2"]
         env = cluster.subnet_env("m1")
-        pod_mbit_s = throughput(pods["m2"].netns, pods["m2"].address, pods["m1"].netns, seconds)
-        pod_rtt_ms = round_trip(pods["m2"].netns, pods["m2"].address, pods["m1"].netns)
-        if switch_mtu:
-            # the nodes' own baseline with eth0 told the path's MTU: on the
-            # narrowed path their full-size frames vanish as the pods' do
-            for machine in (m1, m2):
-                run(["ip", "-n", machine.netns, "link", "set", machine.iface, "mtu",
-                     str(switch_mtu)])
-        figures = Figures(
-            setting=name, pod_mtu=int(env["FLANNEL_MTU"]) if "FLANNEL_MTU" in env else None,
-            pod_mbit_s=pod_mbit_s,
-            node_mbit_s=throughput(m2.netns, m2.address, m1.netns, seconds),
-            pod_rtt_ms=pod_rtt_ms,
-            node_rtt_ms=round_trip(m2.netns, m2.address, m1.netns))
-    say(f"[{name}] pods {figures.pod_mbit_s:.0f} Mbit/s, nodes {figures.node_mbit_s:.0f} "
-        f"Mbit/s; rtt pods {figures.pod_rtt_ms:.3f} ms, nodes {figures.node_rtt_ms:.3f} ms")
-    return figures
+        families = [(4, pods["m2"].address, m2.address)]
+        if pods["m2"].address6:
+            families.append((6, pods["m2"].address6, m2.address6))
+        for family, pod_address, node_address in families:
+            label = f"{name}, IPv{family}" if len(families) > 1 else name
+            pod_mbit_s = throughput(pods["m2"].netns, pod_address, pods["m1"].netns, seconds)
+            pod_rtt_ms = round_trip(pods["m2"].netns, pod_address, pods["m1"].netns)
+            if switch_mtu:
+                # the nodes' own baseline with eth0 told the path's MTU: on the
+                # narrowed path their full-size frames vanish as the pods' do
+                for machine in (m1, m2):
+                    run(["ip", "-n", machine.netns, "link", "set", machine.iface, "mtu",
+                         str(switch_mtu)])
+            figures = Figures(
+                setting=label, pod_mtu=int(env["FLANNEL_MTU"]) if "FLANNEL_MTU" in env else None,
+                pod_mbit_s=pod_mbit_s,
+                node_mbit_s=throughput(m2.netns, node_address, m1.netns, seconds),
+                pod_rtt_ms=pod_rtt_ms,
+                node_rtt_ms=round_trip(m2.netns, node_address, m1.netns), family=family)
+            say(f"[{label}] pods {figures.pod_mbit_s:.0f} Mbit/s, nodes "
+                f"{figures.node_mbit_s:.0f} Mbit/s; rtt pods {figures.pod_rtt_ms:.3f} ms, "
+                f"nodes {figures.node_rtt_ms:.3f} ms")
+            rows.append(figures)
+    return rows
 
 
 def table(rows: list[Figures]) -> str:
@@ -218,8 +236,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default="", help="settings whose name contains this")
     args = parser.parse_args(argv)
     resource = resource_for(args)
-    rows = [measure(args.charm, resource, setting, args.seconds, print)
-            for setting in SETTINGS if args.only in setting[0]]
+    rows = [figures for setting in SETTINGS if args.only in setting[0]
+            for figures in measure(args.charm, resource, setting, args.seconds, print)]
     print()
     print(table(rows))
     if args.json:
