@@ -66,6 +66,22 @@ CASES = [
     # Overlapping link-local: flanneld does not care, pods would be unreachable.
     ({"cidr": "169.254.0.0/16", "subnet-len": 24},
      "link-local addresses never reach a pod"),
+    # dual-stack (EnableIPv6): IPv6SubnetLen at least the prefix + 2, below 127
+    ({"ipv6-cidr": "fd10:1::/56", "ipv6-subnet-len": 64}, None),
+    ({"ipv6-cidr": "fd10:1::/56", "ipv6-subnet-len": 58}, None),
+    ({"ipv6-cidr": "fd10:1::/56", "ipv6-subnet-len": 57}, None),
+    ({"ipv6-cidr": "fd10:1::/56", "ipv6-subnet-len": 126}, None),
+    ({"ipv6-cidr": "fd10:1::/56", "ipv6-subnet-len": 127}, None),
+    ({"ipv6-cidr": "fd10:1::/124", "ipv6-subnet-len": 126}, None),
+    ({"ipv6-cidr": "fd10:1::/125", "ipv6-subnet-len": 126}, None),
+    ({"ipv6-cidr": "fd10:1::/56", "ipv6-subnet-len": 64, "backend": "host-gw"}, None),
+    # flannel-v6.<VNI> must fit 15 characters too
+    ({"ipv6-cidr": "fd10:1::/56", "vni": 9999}, None),
+    ({"ipv6-cidr": "fd10:1::/56", "vni": 10000}, None),
+    ({"ipv6-cidr": "fd10:1:0:1::/56", "ipv6-subnet-len": 64},
+     "host bits in ipv6-cidr are a typo the charm names; flanneld masks them"),
+    ({"ipv6-cidr": "fe80::/56", "ipv6-subnet-len": 64},
+     "link-local addresses never reach a pod"),
 ]
 
 ETCD_TROUBLE = ("deadline exceeded", "connection refused", "Unavailable", "timed out",
@@ -90,8 +106,12 @@ def raw_config(options: dict) -> dict:
         backend["VNI"] = options.get("vni", 1)
         if options.get("port"):
             backend["Port"] = options["port"]
-    return {"Network": options["cidr"], "SubnetLen": options.get("subnet-len", 24),
-            "Backend": backend}
+    config = {"Network": options.get("cidr", "10.1.0.0/16"),
+              "SubnetLen": options.get("subnet-len", 24), "Backend": backend}
+    if options.get("ipv6-cidr"):
+        config.update(EnableIPv6=True, IPv6Network=options["ipv6-cidr"],
+                      IPv6SubnetLen=options.get("ipv6-subnet-len", 64))
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +188,7 @@ def flanneld_verdict(node: dict, config: dict, timeout: float = 120.0) -> tuple[
         # the next case starts from a node without this one's vxlan device
         links = json.loads(run(["ip", "-n", ns.netns, "-j", "link", "show"]).stdout)
         for link in links:
-            if link["ifname"].startswith("flannel."):
+            if link["ifname"].startswith(("flannel.", "flannel-v6.")):
                 run(["ip", "-n", ns.netns, "link", "delete", link["ifname"]], check=False)
 
 
