@@ -229,16 +229,17 @@ def configure_network():
 
 def _cidr_conflict(options):
     """The cidr (and ipv6-cidr) against this machine's networks and routes
-    of its family (host_network): an InvalidOption, or None. (The service-cidr is checked with etcd's
-    record of it, in configure_network.) The network etcd confirmed, which
-    this node runs, is not refused: a refresh must not block a working node."""
+    of its family (host_network): an InvalidOption, or None. (The
+    service-cidr is checked with etcd's record of it, in configure_network.)
+    The network etcd confirmed, which this node runs, is not refused: a
+    refresh must not block a working node."""
     confirmed = _state().confirmed_network or {}
     from charms.flannel import host_network
     served = leftovers.pod_networks(confirmed, paths.SUBNET_ENV)
     pod_networks = [network for network, _ in served]
+    running = {"cidr": confirmed.get("Network"), "ipv6-cidr": _ipv6_network(confirmed)}
     for option, cidr in (("cidr", options.cidr), ("ipv6-cidr", options.ipv6_cidr)):
-        if cidr is None or str(cidr) in (confirmed.get("Network"),
-                                         confirmed.get("IPv6Network")):
+        if cidr is None or str(cidr) == str(running[option]):
             continue
         networks = host_network.machine_networks(
             _machine_links(), host_network.read_routes(cidr.version), pod_networks,
@@ -247,6 +248,12 @@ def _cidr_conflict(options):
         if conflict:
             return conflict
     return None
+
+
+def _ipv6_network(confirmed):
+    """The IPv6 pod network of a confirmed config (None: IPv4 only, or none)."""
+    shape = daemon.ipv6_shape(confirmed) if confirmed else None
+    return shape[0] if shape else None
 
 
 def _flanneld_iface(options) -> str:
@@ -591,7 +598,7 @@ def _unit_file_inputs(options, etcd) -> str:
 
 
 def _cni_inputs(confirmed: dict, cni_endpoint) -> str:
-    return _digest(confirmed["Network"], [r.relation_id for r in cni_endpoint.relations],
+    return _digest(cni.published_cidr(confirmed), [r.relation_id for r in cni_endpoint.relations],
                    _file_digest(_templates() / paths.CNI_CONF_NAME))
 
 
@@ -686,7 +693,7 @@ def assess_status():
         # flanneld's word on its lease (subnet.env), checked against the
         # network etcd confirmed: no etcd round trip in an idle hook.
         cidr=daemon.network_shape(confirmed)[0] if confirmed else None,
-        ipv6_cidr=(daemon.ipv6_shape(confirmed) or (None,))[0] if confirmed else None,
+        ipv6_cidr=_ipv6_network(confirmed),
         subnet=read_lease(paths.SUBNET_ENV),
         cni_problem=cni.chain_problem() if is_flag_set(CNI_CONFIGURED) else None,
     ))

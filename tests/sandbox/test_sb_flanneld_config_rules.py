@@ -162,7 +162,10 @@ def flanneld_verdict(node: dict, config: dict, timeout: float = 120.0) -> tuple[
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = log_file.read_text(errors="replace")
-            if subnet_file.exists() and "FLANNEL_SUBNET" in subnet_file.read_text():
+            # a dual-stack config is accepted only with an IPv6 lease too
+            wanted = ("FLANNEL_SUBNET",) + (("FLANNEL_IPV6_SUBNET",)
+                                            if config.get("EnableIPv6") else ())
+            if subnet_file.exists() and all(k in subnet_file.read_text() for k in wanted):
                 return True, subnet_file.read_text()
             # A config flanneld refuses, or a backend it cannot set up.
             # (flanneld logs the same words when etcd itself is slow or away:

@@ -275,12 +275,26 @@ def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(fake_ip, t
 
 
 def test_a_dual_stack_node_on_its_network_touches_nothing(fake_ip, tmp_path):
+    """flannel-v6.1 is 20 bytes smaller than the pods' MTU (Linux caps it at
+    the interface's less 70): compared with the pods' MTU it was deleted at
+    every restart, and IPv6 pod traffic dropped each time."""
     fake = fake_ip([inet("10.3.7.1", 24), inet6("fd10:1:0:5::1", 64)],
-                   links=[vxlan("flannel.1", 1), vxlan("flannel-v6.1", 1)])
+                   links=[vxlan("flannel.1", 1, mtu=1450), vxlan("flannel-v6.1", 1, mtu=1430)])
     env = tmp_path / "subnet.env"
     env.write_text(DUAL_ENV)
-    assert not daemon.forget_old_network(NET, 24, env, "flannel.1", ipv6=IPV6)
+    assert not daemon.forget_old_network(NET, 24, env, "flannel.1", ipv6=IPV6, pod_mtu=1450,
+                                         underlay_mtu=1500)
     assert fake.deleted == [] and fake.links_deleted == [] and env.exists()
+
+
+@pytest.mark.parametrize("pod_mtu, underlay, v6_device", [
+    (1450, 1500, 1430),   # mtu 0: both at the interface's limit
+    (1350, 1500, 1350),   # mtu 1400: under the limit, the pods' MTU
+    (1450, None, 1430),   # interface unknown: 20 bytes less
+    (None, 1500, None),   # pods' MTU unknown: not compared
+])
+def test_the_ipv6_vxlan_device_mtu_flanneld_gets(pod_mtu, underlay, v6_device):
+    assert daemon.vxlan_v6_device_mtu(pod_mtu, underlay) == v6_device
 
 
 # --- on a real bridge, in a network namespace of the test's own ----------------------

@@ -67,8 +67,8 @@ DUAL = {**NETWORK, "EnableIPv6": True, "IPv6Network": "fd10:1::/56", "IPv6Subnet
 DUAL_ENV = SUBNET_ENV + "FLANNEL_IPV6_NETWORK=fd10:1::/56\nFLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n"
 
 
-def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(etcd, pki, prefix,
-                                                                          tmp_path):
+def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(
+        etcd, pki, prefix, tmp_path):
     """Looked for under "10.1.52.0-24" alone, it was lost at every update-status
     (and flanneld restarted)."""
     etcd_store = store(etcd, pki, prefix)
@@ -82,8 +82,8 @@ def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(etcd,
         "10.1.52.0/24&fd10:1:0:5::/64"
 
 
-def test_a_lease_of_the_other_ipv6_shape_is_being_re_leased_not_lost(etcd, pki, prefix,
-                                                                    tmp_path):
+def test_a_lease_of_the_other_ipv6_shape_is_being_re_leased_not_lost(
+        etcd, pki, prefix, tmp_path):
     etcd_store = store(etcd, pki, prefix)
     etcd_store.write_config(DUAL)
     v4_only = subnet_env(tmp_path)   # IPv6 just turned on: flanneld leases anew

@@ -132,3 +132,25 @@ def test_another_networks_idle_cni0_is_not_flannels(node, tmp_path):
                                     cni_network_name="../../etc")
     assert leftovers.remove_idle_bridge(other, run=node, tables_dir=tmp_path / "t") == []
     assert leftovers.bridge_ports("cni0", node) == []
+
+
+def test_after_ipv6_is_turned_off_its_rules_and_host_gw_routes_go(node):
+    """forget_old_rules, as restart_if_changed calls it while flanneld is
+    stopped after IPv6 went off: flanneld never touches ip6tables again, nor
+    routes into a pod network it does not serve; the IPv4 ones it serves stay."""
+    from charms.flannel.subnet import parse_subnet_env
+    node(["sh", "-ec", "ip -6 addr add fdf1:31:254::11/64 dev eth0 nodad\n"
+          "ip -6 route add fd10:1:0:9::/64 via fdf1:31:254::12 dev eth0\n"   # host-gw's
+          f"ip6tables -t nat -N FLANNEL-POSTRTG\n"
+          f"ip6tables -t nat -A POSTROUTING {MASQ} -j FLANNEL-POSTRTG\n"
+          f"ip6tables -t nat -A FLANNEL-POSTRTG -s fd10:1::/56 {MASQ} -j MASQUERADE\n"])
+    old = parse_subnet_env("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.52.1/24\n"
+                           "FLANNEL_MTU=1500\nFLANNEL_IPMASQ=true\n"
+                           "FLANNEL_IPV6_NETWORK=fd10:1::/56\n"
+                           "FLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n")
+    gone = leftovers.forget_old_rules(old, ipaddress.IPv4Network("10.1.0.0/16"), 24, None,
+                                      run=node, commands=["ip6tables"])
+    assert "ip6tables -t nat chain FLANNEL-POSTRTG" in gone
+    assert "FLANNEL" not in node(["ip6tables-save"])
+    assert "fd10:1:0:9::/64" not in node(["ip", "-6", "route", "show"])
+    assert "10.1.7.0/24" in node(["ip", "-4", "route", "show"])   # IPv4 is still served

@@ -270,8 +270,8 @@ def test_direct_routing_is_refused_for_host_gw_and_must_be_a_boolean():
 # --- dual-stack ---------------------------------------------------------------------
 
 def test_ipv6_is_off_by_default_and_absent_from_flannels_config():
-    options = parse_options(config())
-    assert options.ipv6_cidr is None and options.pod_networks == (options.cidr,)
+    options = parse_options(config(ipv6_subnet_len=200))   # not looked at while off
+    assert options.ipv6_cidr is None
     assert not {"EnableIPv6", "IPv6Network", "IPv6SubnetLen"} & set(network_config(options))
 
 
@@ -280,7 +280,6 @@ def test_an_ipv6_cidr_turns_dual_stack_on_as_flanneld_reads_it():
     assert network_config(options) == {
         "Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1},
         "EnableIPv6": True, "IPv6Network": "fd10:1::/56", "IPv6SubnetLen": 64}
-    assert [str(n) for n in options.pod_networks] == ["10.1.0.0/16", "fd10:1::/56"]
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -301,8 +300,10 @@ def test_an_ipv6_cidr_turns_dual_stack_on_as_flanneld_reads_it():
     ({"ipv6_cidr": "fd10:1::/56", "ipv6_subnet_len": 57},
      "Invalid ipv6-subnet-len: 57 leaves ipv6-cidr fd10:1::/56 fewer than four subnets, "
      "which flanneld refuses; use 58 to 126"),
-    ({"ipv6_subnet_len": 127}, "Invalid ipv6-subnet-len: 127 is out of range; use a prefix "
-                               "length from 1 to 126"),
+    ({"ipv6_cidr": "fd10:1::/56", "ipv6_subnet_len": 127},
+     "Invalid ipv6-subnet-len: 127 is out of range; use a prefix length from 1 to 126"),
+    ({"ipv6_cidr": "fd10:1::%eth0/56"}, 'Invalid ipv6-cidr: "fd10:1::%eth0/56" is not an IPv6 '
+                                        'network'),
     ({"ipv6_cidr": "fd10:1::/56", "vni": 10000},
      'Invalid vni: 10000 is too long for IPv6: flanneld\'s device flannel-v6.10000 would '
      'pass Linux\'s 15 characters; use 1 to 9999, or set ipv6-cidr to ""'),
@@ -313,4 +314,5 @@ def test_an_ipv6_setting_flanneld_would_refuse_is_named(changes, message):
 
 def test_a_large_vni_is_fine_without_ipv6_and_with_host_gw():
     assert parse_options(config(vni=10000)).vni == 10000
-    assert parse_options(config(vni=10000, backend="host-gw", ipv6_cidr="fd10:1::/56"))
+    assert parse_options(config(vni=10000, backend="host-gw", ipv6_cidr="fd10:1::/56")).vni \
+        == 10000

@@ -16,6 +16,10 @@ from typing import Callable, Iterable, Optional
 from .options import VXLAN_OVERHEAD
 from .subnet import SubnetEnv, read_subnet_env
 
+# vxlan over IPv6 costs 20 bytes more: Linux caps flannel-v6.<VNI> at its
+# interface's MTU less 70, below the MTU flanneld asks for (FLANNEL_MTU).
+VXLAN_V6_EXTRA_OVERHEAD = 20
+
 VXLAN_LINK = "flannel.1"   # with the default VNI 1
 _FLANNEL_VXLAN = re.compile(r"flannel(-v6)?\.\d+")
 # The bridge the flannel CNI plugin's delegate (bridge) puts pods on; it
@@ -98,9 +102,21 @@ def flannel_vxlan_links(links: Iterable[dict]) -> list[str]:
             and link.get("linkinfo", {}).get("info_kind") == "vxlan"]
 
 
-def delete_vxlan_links(keep: Iterable[str] = (), keep_mtu: Optional[int] = None) -> list[str]:
+def vxlan_v6_device_mtu(pod_mtu: Optional[int], underlay_mtu: Optional[int]) -> Optional[int]:
+    """The MTU flannel-v6.<VNI> gets for pods of `pod_mtu` on an interface of
+    `underlay_mtu`: the pods' MTU, at most what Linux allows a vxlan device
+    over IPv6 there (the interface's less 70); None when not known."""
+    if pod_mtu is None:
+        return None
+    if underlay_mtu is None:
+        return pod_mtu - VXLAN_V6_EXTRA_OVERHEAD
+    return min(pod_mtu, underlay_mtu - VXLAN_OVERHEAD - VXLAN_V6_EXTRA_OVERHEAD)
+
+
+def delete_vxlan_links(keep: Iterable[str] = (),
+                       keep_mtu: Optional[dict[str, Optional[int]]] = None) -> list[str]:
     """Delete flanneld's vxlan devices but those in `keep` (and those too if
-    their MTU is not `keep_mtu`, when given); returns the names deleted.
+    their MTU is not keep_mtu[name], when given); returns the names deleted.
 
     flanneld leaves its device behind when stopped, and names it after the
     VNI: after a VNI change the old one would stay, holding the node's
@@ -116,7 +132,8 @@ def delete_vxlan_links(keep: Iterable[str] = (), keep_mtu: Optional[int] = None)
     mtus = {link.get("ifname"): link.get("mtu") for link in links}
     gone = []
     for name in flannel_vxlan_links(links):
-        if name not in keep or (keep_mtu is not None and mtus.get(name) != keep_mtu):
+        wanted_mtu = (keep_mtu or {}).get(name)
+        if name not in keep or (wanted_mtu is not None and mtus.get(name) != wanted_mtu):
             deleted = subprocess.run(["ip", "link", "delete", name], capture_output=True,
                                      text=True)
             if deleted.returncode != 0 and "Cannot find device" not in deleted.stderr:
@@ -139,7 +156,8 @@ def stale_bridge_addresses(addr_info: Iterable[dict], network: ipaddress.IPv4Net
     for entry in addr_info:
         if entry.get("family") not in ("inet", "inet6") or "local" not in entry:
             continue
-        address = ipaddress.ip_interface(f"{entry['local']}/{entry.get('prefixlen', 128)}")
+        default_len = 128 if entry["family"] == "inet6" else 32
+        address = ipaddress.ip_interface(f"{entry['local']}/{entry.get('prefixlen', default_len)}")
         if address.version == 4:
             fits = address.network.prefixlen == subnet_len and address.network.subnet_of(network)
         elif address.ip.is_link_local or entry.get("scope") == "link":
@@ -178,10 +196,12 @@ class Forgotten:
 def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                        subnet_env: Path, vxlan_link: Optional[str],
                        bridge: str = POD_BRIDGE, pod_mtu: Optional[int] = None,
-                       ipv6: Optional[tuple[ipaddress.IPv6Network, int]] = None) -> Forgotten:
+                       ipv6: Optional[tuple[ipaddress.IPv6Network, int]] = None,
+                       underlay_mtu: Optional[int] = None) -> Forgotten:
     """While flanneld is stopped, before it starts again: drop what belongs
     to a previous network. `ipv6` is the new network's (IPv6Network,
-    IPv6SubnetLen), None for IPv4 only.
+    IPv6SubnetLen), None for IPv4 only; `underlay_mtu` the MTU of the
+    interface flanneld sends on (flannel-v6.<VNI>'s MTU follows from it).
 
     - subnet.env, if it describes another network, lease length or IPv6
       setting: until flanneld writes the new one, the flannel CNI plugin
@@ -197,8 +217,9 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
     - flanneld's vxlan devices other than `vxlan_link` (the one of the new
       VNI; None for a backend without one) and, with IPv6, its
       flannel-v6.<VNI>: a VNI change renames them, IPv6 turned off leaves
-      flannel-v6; and those devices themselves if their MTU is not
-      `pod_mtu` (when known; pods get the device's MTU): an `mtu` change,
+      flannel-v6; and those devices themselves if their MTU is not the one
+      `pod_mtu` gives them (when known; pods get flannel.<VNI>'s MTU, and
+      flannel-v6.<VNI> is at most 20 bytes smaller): an `mtu` change,
       which flanneld would not apply to a device it finds.
     - The bridge's MTU, set to `pod_mtu` (FLANNEL_MTU) if it is another:
       the bridge plugin sets it only when it creates the bridge, and a bridge
@@ -215,11 +236,9 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
         env = None
         gone.subnet_env = os.path.exists(subnet_env)
     else:
-        env_ipv6 = (env.ipv6_network, env.ipv6_subnet.network.prefixlen) \
-            if env is not None and env.ipv6_subnet else None
         gone.subnet_env = env is not None and (
-            env.network != network or env.subnet.network.prefixlen != subnet_len
-            or env_ipv6 != ipv6)
+            env.network != network or not env.leased_in(network, subnet_len, ipv6)
+            or (ipv6 is not None and env.ipv6_network != ipv6[0]))
     if gone.subnet_env:
         gone.old_lease = env
     shown = subprocess.run(["ip", "-j", "addr", "show", "dev", bridge],
@@ -244,10 +263,13 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
                 gone.bridge_mtu = (bridge_mtu, pod_mtu)
     if gone.subnet_env:
         os.unlink(subnet_env)
-    keep = () if vxlan_link is None else (vxlan_link,) + (
-        (vxlan_link.replace("flannel.", "flannel-v6.", 1),) if ipv6 else ())
-    gone.vxlan_links = delete_vxlan_links(keep=keep,
-                                          keep_mtu=pod_mtu if vxlan_link else None)
+    keep_mtu: dict[str, Optional[int]] = {}
+    if vxlan_link is not None:
+        keep_mtu[vxlan_link] = pod_mtu
+        if ipv6:
+            keep_mtu[vxlan_link.replace("flannel.", "flannel-v6.", 1)] = \
+                vxlan_v6_device_mtu(pod_mtu, underlay_mtu)
+    gone.vxlan_links = delete_vxlan_links(keep=keep_mtu, keep_mtu=keep_mtu)
     return gone
 
 

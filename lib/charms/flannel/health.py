@@ -38,15 +38,9 @@ def own_lease(subnet_env: Path, confirmed: Optional[dict]) -> Optional[str]:
     if env is None or not confirmed:
         return None
     network, subnet_len, _ = network_shape(confirmed)
-    if not (env.subnet.network.subnet_of(network) and env.subnet.network.prefixlen == subnet_len):
+    if not env.leased_in(network, subnet_len, ipv6_shape(confirmed)):
         return None
-    ipv6 = ipv6_shape(confirmed)
-    if ipv6 is None:
-        return str(env.subnet.network) if env.ipv6_subnet is None else None
-    if env.ipv6_subnet is None or not (env.ipv6_subnet.network.subnet_of(ipv6[0])
-                                       and env.ipv6_subnet.network.prefixlen == ipv6[1]):
-        return None
-    return f"{env.subnet.network}&{env.ipv6_subnet.network}"
+    return env.lease_name
 
 
 def look_at_etcd(connection_string: str, files: ClientFiles, confirmed: Optional[dict],

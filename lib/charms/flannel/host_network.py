@@ -66,7 +66,8 @@ def read_links() -> list[Link]:
 
 
 def read_routes(family: int = 4) -> list[dict]:
-    """The routes of one family in every table (`ip -j -4 route show table all`)."""
+    """The routes of one family (4 or 6) in every table (`ip -j -<family> route
+    show table all`)."""
     return _ip_json(f"-{family}", "route", "show", "table", "all")
 
 
@@ -84,7 +85,7 @@ def machine_networks(links: Iterable[Link], routes: Iterable[dict],
         return any(network.version == pod.version and network.subnet_of(pod)
                    for pod in pod_networks)
 
-    found: dict[ipaddress.IPv4Network, tuple[str, bool]] = {}
+    found: dict = {}   # network -> (where, attached)
     for link in links:
         if _flannels(link.name):
             continue

@@ -79,18 +79,20 @@ def lease_networks(env: SubnetEnv) -> list:
     return found
 
 
-def forget_old_rules(old_lease: SubnetEnv, network: ipaddress.IPv4Network,
-                     ipv6: Optional[tuple], run: "Run | None" = None) -> list[str]:
+def forget_old_rules(old_lease: SubnetEnv, network: ipaddress.IPv4Network, subnet_len: int,
+                     ipv6: Optional[tuple], run: Optional[Run] = None,
+                     commands: Optional[Iterable[str]] = None) -> list[str]:
     """After a network change, while flanneld is stopped: its iptables rules
-    (it writes its own afresh at start, but only for the networks it serves
-    then: an IPv6 network turned off keeps its ip6tables rules forever, and
-    an old cidr its MASQUERADE), and its routes into the pod networks it no
-    longer serves (host-gw's IPv6 routes once IPv6 is off). Returns what
-    went, for the log."""
+    of both families (it writes its own afresh as it starts, for the networks
+    it serves then; it recycles an old network's only when subnet.env still
+    names it, and forget_old_network has just removed that file, and it
+    never touches ip6tables once IPv6 is off), and its routes into the pod
+    networks (or subnet lengths) it no longer serves (host-gw's). Returns
+    what went, for the log."""
     run = run or run_command
-    served = {network} | ({ipv6[0]} if ipv6 else set())
-    dropped = [(net, length) for net, length in lease_networks(old_lease) if net not in served]
-    return remove_iptables_rules(run) + remove_pod_network_routes(dropped, run)
+    served = {(network, subnet_len)} | ({tuple(ipv6)} if ipv6 else set())
+    dropped = [pair for pair in lease_networks(old_lease) if pair not in served]
+    return remove_iptables_rules(run, commands) + remove_pod_network_routes(dropped, run)
 
 
 def run_command(argv: list) -> str:

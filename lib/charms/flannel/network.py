@@ -113,7 +113,7 @@ def give_lease_back(store: NetworkStore, subnet: str, *,
     """
     if held_by is not None:
         held = [lease for lease in store.leases() if lease.get("Subnet") == subnet]
-        if not held or held[0].get("PublicIP") not in held_by:
+        if not held or any(lease.get("PublicIP") not in held_by for lease in held):
             return False
     return store.release_lease(subnet)
 

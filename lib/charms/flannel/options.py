@@ -100,11 +100,6 @@ class NetworkOptions:
     ipv6_cidr: Optional[ipaddress.IPv6Network] = None  # dual-stack's IPv6 pod network; None: off
     ipv6_subnet_len: int = DEFAULT_IPV6_SUBNET_LEN
 
-    @property
-    def pod_networks(self) -> tuple:
-        """The pod networks, IPv4 first: what the principal is told ("v4,v6")."""
-        return (self.cidr,) + ((self.ipv6_cidr,) if self.ipv6_cidr else ())
-
 
 def parse_options(config: Mapping[str, object]) -> NetworkOptions:
     """Validate each option on its own first, then their combinations."""
@@ -139,12 +134,13 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
     mtu = _parse_mtu(get("mtu"), backend)
     direct_routing = _parse_direct_routing(get("direct-routing"), backend)
     ipv6_cidr = _parse_ipv6_cidr(get("ipv6-cidr"))
-    ipv6_subnet_len = _parse_int("ipv6-subnet-len", get("ipv6-subnet-len"))
-    if not 1 <= ipv6_subnet_len <= MAX_IPV6_SUBNET_LEN:
-        raise InvalidOption(
-            "ipv6-subnet-len", f"{ipv6_subnet_len} is out of range; use a prefix length from "
-                               f"1 to {MAX_IPV6_SUBNET_LEN}")
-    if ipv6_cidr is not None:
+    ipv6_subnet_len = DEFAULT_IPV6_SUBNET_LEN
+    if ipv6_cidr is not None:   # (unused, and not checked, while IPv6 is off)
+        ipv6_subnet_len = _parse_int("ipv6-subnet-len", get("ipv6-subnet-len"))
+        if not 1 <= ipv6_subnet_len <= MAX_IPV6_SUBNET_LEN:
+            raise InvalidOption(
+                "ipv6-subnet-len", f"{ipv6_subnet_len} is out of range; use a prefix length "
+                                   f"from 1 to {MAX_IPV6_SUBNET_LEN}")
         _check_ipv6_combination(ipv6_cidr, ipv6_subnet_len, vni, backend)
 
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
@@ -261,6 +257,8 @@ def _parse_ipv6_cidr(value: object) -> Optional[ipaddress.IPv6Network]:
     text = value
     if text == "":
         return None   # IPv4 only
+    if "%" in text:   # a zone (fe80::1%eth0): Python takes it, flanneld (Go) does not
+        raise InvalidOption("ipv6-cidr", f"{_quoted(text)} is not an IPv6 network")
     try:
         address = ipaddress.ip_network(text, strict=False)
     except ValueError:

@@ -6,6 +6,7 @@ when what it reads changed, and only then.
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -66,12 +67,17 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     ipv6 = daemon.ipv6_shape(confirmed)
     forgotten = daemon.forget_old_network(
         network, subnet_len, subnet_env, daemon.vxlan_link_name(vni) if vni else None,
-        pod_mtu=daemon.pod_mtu(confirmed, underlay_mtu), ipv6=ipv6)
+        pod_mtu=daemon.pod_mtu(confirmed, underlay_mtu), ipv6=ipv6, underlay_mtu=underlay_mtu)
     if forgotten:
         log("Dropped what the previous network left: {}".format(forgotten))
     if forgotten.old_lease is not None:
-        for line in leftovers.forget_old_rules(forgotten.old_lease, network, ipv6):
-            log("Dropped the previous network's {}".format(line))
+        try:   # flanneld starts below whatever this finds: it writes its own rules
+            for line in leftovers.forget_old_rules(forgotten.old_lease, network, subnet_len,
+                                                   ipv6):
+                log("Dropped the previous network's {}".format(line))
+        except (OSError, subprocess.SubprocessError) as error:
+            log("Could not drop the previous network's iptables rules or routes: "
+                "{}".format(error))
     if state.flanneld_iface not in (None, iface):
         moved(state.flanneld_iface, iface)
     state.flanneld_iface = iface

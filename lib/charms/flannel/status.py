@@ -79,8 +79,9 @@ def assess(seen: Observations) -> Status:
     subnet = seen.subnet
     # A subnet.env left from before a cidr change (or IPv6 turned on or
     # off) is stale until flanneld leases anew; claiming it would be a lie.
-    if subnet is None or (seen.cidr is not None and not _inside(subnet, seen.cidr,
-                                                                 seen.ipv6_cidr)):
+    stale = seen.cidr is not None and subnet is not None and not _inside(
+        subnet, seen.cidr, seen.ipv6_cidr)
+    if subnet is None or stale:
         return Status("waiting", NEGOTIATING)
     return Status("active", "Flannel subnet " + ", ".join(map(str, subnet.gateways)))
 

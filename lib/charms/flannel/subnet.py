@@ -30,6 +30,26 @@ class SubnetEnv:
         """This node's gateway of each family (the pods' bridge holds them)."""
         return (self.subnet,) + ((self.ipv6_subnet,) if self.ipv6_subnet else ())
 
+    @property
+    def lease_name(self) -> str:
+        """The lease as flanneld keys it in etcd, "/" for its "-":
+        "10.1.52.0/24", or dual-stack "10.1.52.0/24&fd10:1:0:5::/64"."""
+        return "&".join(str(gateway.network) for gateway in self.gateways)
+
+    def leased_in(self, network: ipaddress.IPv4Network, subnet_len: int,
+                  ipv6: Optional[tuple[ipaddress.IPv6Network, int]]) -> bool:
+        """Whether this lease is one of a network config's: its IPv4 subnet in
+        `network` with `subnet_len`, and an IPv6 subnet in `ipv6`'s network
+        with its length exactly when the config has IPv6. flanneld drops a
+        lease that is not (a cidr, length or IPv6 change) and leases anew."""
+        def inside(gateway, pod_network, length) -> bool:
+            return gateway.network.prefixlen == length and gateway.network.subnet_of(pod_network)
+        if not inside(self.subnet, network, subnet_len):
+            return False
+        if ipv6 is None or self.ipv6_subnet is None:
+            return ipv6 is None and self.ipv6_subnet is None
+        return inside(self.ipv6_subnet, *ipv6)
+
 
 def parse_subnet_env(text: str) -> SubnetEnv:
     """Parse KEY=VALUE lines; blank lines, comments and other keys are

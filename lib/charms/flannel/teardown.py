@@ -120,5 +120,6 @@ def release_lease_for_backend_change(*, wanted: Optional[dict], confirmed: Optio
         log("Released the lease of {} in etcd".format(subnet), False)
     # The next lease differs (whoever gave this one back): its gateway could
     # not join a bridge holding this one.
-    daemon.delete_bridge_address(str(env.subnet))
+    for gateway in env.gateways:
+        daemon.delete_bridge_address(str(gateway))
     return subnet if released else None
