@@ -176,6 +176,10 @@ class Machine:
         self.keep_state = keep_state
         self.holder: subprocess.Popen | None = None
         self._mnt_ns = None
+        # an open reference to the machine's mount namespace: while it is
+        # held, the namespace's inode number (what _mnt_ns matches processes
+        # by) cannot be given to another machine's new namespace
+        self._mnt_ns_fd: int | None = None
         # called first by destroy(), last registered first: what runs inside
         # and must be stopped in order (sandbox.cri's containerd)
         self.on_destroy: list = []
@@ -281,6 +285,7 @@ class Machine:
                 err = self.holder.stderr.read().decode() if self.holder.poll() is not None else ""
                 raise MachineError(f"machine {self.name}: holder failed: {line} {err}".strip())
             self.holder.stdout.close()
+            self._mnt_ns_fd = os.open(f"/proc/{self.holder.pid}/ns/mnt", os.O_RDONLY)
             self._mnt_ns = _ns_id(f"/proc/{self.holder.pid}/ns/mnt")
             self._boot_routes = self._routes()
             self._boot_mounts = set(self._mount_points())
@@ -302,7 +307,14 @@ class Machine:
                 delete_netns(n)
         ids = {i for i in (_ns_id(NETNS_DIR / self.netns), self._mnt_ns) if i}
         if ids:
+            # Matched by namespace inode while the namespace is held open
+            # (_mnt_ns_fd): released first, the number could pass to a
+            # machine another test is starting meanwhile, and kill_pids's
+            # SIGKILL round would kill that machine's hooks and flanneld.
             kill_pids(lambda: pids_in_namespaces(ids))
+        if self._mnt_ns_fd is not None:
+            os.close(self._mnt_ns_fd)
+            self._mnt_ns_fd = None
         if self.holder is not None:
             try:
                 self.holder.wait(timeout=5)

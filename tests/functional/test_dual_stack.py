@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import time
 
 import pytest
 from functional_kit import deploy_and_wait
@@ -52,6 +53,22 @@ def delete_pods(cluster, pods) -> None:
         cluster.pods.remove(pod)
 
 
+def reaches(cluster, pod, peer_address: str, within: float = 15.0) -> None:
+    """`pod` pings `peer_address` (on the other machine) within `within`
+    seconds: once both units are active each flanneld still has to hear of
+    the other's new lease from etcd. Fails with what the two nodes route."""
+    deadline = time.monotonic() + within
+    while not pod.ping(peer_address, count=1):
+        if time.monotonic() > deadline:
+            seen = {m: {"routes": cluster.machines[m].run(["ip", "route"]).stdout,
+                        "routes6": cluster.machines[m].run(["ip", "-6", "route"]).stdout,
+                        "fdb": cluster.machines[m].run(["bridge", "fdb", "show"]).stdout,
+                        "subnet.env": cluster.subnet_env(m)} for m in MACHINES}
+            raise AssertionError(f"{pod.name} ({pod.address}, {pod.address6}) on "
+                                 f"{pod.machine.name} got no answer from {peer_address} in "
+                                 f"{within:.0f}s; leases {cluster.etcd_values()}; {seen}")
+
+
 def published_cidr(cluster) -> str:
     rid = cluster.controller.relation_id(*CNI_RELATION)
     return cluster.controller.relation_data(rid, cluster.unit_on("m1")).get("cidr", "")
@@ -65,9 +82,9 @@ def assert_pods_reach_each_other_in_both_families(cluster) -> dict:
         assert ipaddress.ip_address(pod.address) in ipaddress.ip_interface(v4).network
         assert ipaddress.ip_address(pod.address6) in ipaddress.ip_interface(v6).network
     a, b = pods["m1"], pods["m2"]
-    assert a.ping(b.address) and b.ping(a.address), "IPv4 between the machines' pods"
-    assert a.ping(b.address6), f"ping6 {b.address6} from {a.address6}: no answer"
-    assert b.ping(a.address6), f"ping6 {a.address6} from {b.address6}: no answer"
+    for pod, peer in ((a, b), (b, a)):
+        reaches(cluster, pod, peer.address)
+        reaches(cluster, pod, peer.address6)
     cluster.say(f"   pods {a.address}/{a.address6} <-> {b.address}/{b.address6}: "
                 "ping and ping6 answered")
     return pods
@@ -162,7 +179,8 @@ def test_turning_ipv6_off_and_on_is_a_network_change_without_a_reboot(cluster):
     delete_pods(cluster, old.values())   # of the old leases: recreated, as pods are
     pods = {m: cluster.start_pod(m) for m in MACHINES}
     assert all(pod.address6 is None for pod in pods.values()), pods
-    assert pods["m1"].ping(pods["m2"].address)
+    reaches(cluster, pods["m1"], pods["m2"].address)
+    reaches(cluster, pods["m2"], pods["m1"].address)
 
     cluster.configure(**DUAL)
     messages = cluster.wait_for_flannel(timeout=180)
