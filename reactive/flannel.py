@@ -324,12 +324,15 @@ def _remember_answered(endpoint) -> None:
 def _look_at_etcd(etcd) -> None:
     """update-status's one look at etcd (health.py): etcd away is a waiting
     status (flanneld runs on, on its lease); the config gone (etcd rebuilt
-    empty) is written again; a lost lease restarts flanneld, which leases
-    its subnet again."""
+    empty) is written again; a lost lease, or another node's lease this
+    node has no route to, restarts flanneld, which leases its subnet again
+    and routes every lease it lists."""
+    from charms.flannel import host_network
     from charms.flannel.health import look_at_etcd
     state = _state()
     seen = look_at_etcd(etcd.connection_string(), client_files(), state.confirmed_network,
-                        paths.SUBNET_ENV, preferred=_answered())
+                        paths.SUBNET_ENV, preferred=_answered(),
+                        routes=host_network.read_routes)
     _problem("etcd", seen.problem)
     _remember_answered(seen.answered)
     if seen.config_missing:
@@ -339,6 +342,11 @@ def _look_at_etcd(etcd) -> None:
     if seen.lost_lease:
         hookenv.log("etcd lost this node's lease of {}: restarting flanneld to lease "
                     "it again".format(seen.lost_lease), level=hookenv.WARNING)
+    elif seen.unrouted:
+        hookenv.log("flanneld has no route to {} that etcd has leases of: restarting it "
+                    "to route every lease".format(", ".join(seen.unrouted)),
+                    level=hookenv.WARNING)
+    if seen.lost_lease or seen.unrouted:
         state.flanneld_inputs = None
         clear_flag(SERVICE_RUNNING)
 

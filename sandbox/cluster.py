@@ -34,6 +34,7 @@ import contextlib
 import json
 from collections import Counter
 import os
+import secrets
 import shlex
 import sqlite3
 import subprocess
@@ -94,6 +95,21 @@ for value, meta in client.get_prefix(prefix):
     out[k.decode() if isinstance(k, bytes) else k] = [value.decode(), int(meta["version"])]
 print(json.dumps(out))
 """
+
+
+SEED_ENV = "FLANNEL_SANDBOX_SEED"
+
+
+def lock_order_seed() -> Optional[int]:
+    """The seed of the machine lock's order (Controller(seed=)) from
+    $FLANNEL_SANDBOX_SEED: a number, "random" (a new one per cluster,
+    printed), or unset: queue order."""
+    value = os.environ.get(SEED_ENV, "").strip()
+    if not value:
+        return None
+    if value == "random":
+        return secrets.randbelow(1 << 31)
+    return int(value)
 
 
 class ClusterError(RuntimeError):
@@ -158,6 +174,7 @@ class Cluster:
         self.pods: list[Pod] = []
         self._pod_serial = 0
         self.pristine: dict[str, NodeState] = {}
+        self.seed = lock_order_seed()
 
     # --- lifecycle ------------------------------------------------------------
     def __enter__(self) -> "Cluster":
@@ -218,7 +235,10 @@ class Cluster:
         principals = f"{self.worker_generation} kubernetes-worker" + (
             " and kubernetes-control-plane" if self.with_control_plane else "")
         with self.timings.phase(f"deploy etcd, {principals}", self.say):
-            self.controller = Controller(self.workdir / "model")
+            self.controller = Controller(self.workdir / "model", seed=self.seed)
+            if self.seed is not None:
+                self.say(f"   machine-lock order: seed {self.seed} "
+                         f"({SEED_ENV}={self.seed} plays it again)")
             for name, machine in self.machines.items():
                 self.machine_ids[name] = self.controller.add_sandbox_machine(machine)
             self.controller.deploy(EtcdApp.from_server(self.etcd))

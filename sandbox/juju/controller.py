@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import shutil
 import uuid
 
@@ -69,7 +70,7 @@ class Controller(ModelOperations, HookScheduler):
 
     def __init__(self, state_dir, model_name="sandbox", *,
                  juju_version=JUJU_VERSION, hook_timeout=DEFAULT_TIMEOUT,
-                 extra_env=None, arch="amd64", parallel=None):
+                 extra_env=None, arch="amd64", parallel=None, seed=None):
         self.state_dir = os.path.abspath(os.fspath(state_dir))
         os.makedirs(self.state_dir, exist_ok=True)
         self.logs_dir = os.path.join(self.state_dir, "logs")
@@ -96,6 +97,10 @@ class Controller(ModelOperations, HookScheduler):
         # at once (1: one hook at a time, in queue order, as before issue 9)
         self.parallel = int(parallel or os.environ.get(PARALLEL_ENV) or DEFAULT_PARALLEL)
         self.hook_log: list[HookRun] = []
+        # the machine lock's order: None, queue order (the first unit queued
+        # wins); a seed, a seeded choice among the units waiting for it
+        self.seed = seed
+        self._lock_order = random.Random(seed) if seed is not None else None
         self._seq = itertools.count(1)
         self._manifests: dict[str, list[str]] = {}
         self._machines_with_tools: set[str] = set()

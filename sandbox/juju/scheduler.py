@@ -89,10 +89,24 @@ class HookScheduler:
         return f"machine-{mid}" if mid is not None else f"unit-{unit}"
 
     def _next_entry(self, data: dict, busy_units=(), busy_lanes=()):
-        """The first queued entry that can start now: each unit's entries in
-        their order, nothing for a unit in error or still running a hook; a
-        hook also needs its machine's lane free."""
-        seen = set()
+        """The entry that can start now: each unit's entries in their order,
+        nothing for a unit in error or still running a hook; a hook also
+        needs its machine's lane free. Which unit's goes first: the first
+        queued, or with a seed (Controller(seed=)) a seeded pick among the
+        units that could, as unit agents race for Juju's machine lock."""
+        if getattr(self, "_lock_order", None) is None:
+            return self._first_entry(data, busy_units, busy_lanes)
+        ready = []
+        while True:
+            entry = self._first_entry(data, busy_units, busy_lanes,
+                                      skip={e["unit"] for e in ready})
+            if entry is None:
+                break
+            ready.append(entry)
+        return self._lock_order.choice(ready) if ready else None
+
+    def _first_entry(self, data: dict, busy_units=(), busy_lanes=(), skip=()):
+        seen = set(skip)
         for e in list(self.queue):
             u = e["unit"]
             if u in seen:

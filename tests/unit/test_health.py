@@ -89,3 +89,22 @@ def test_a_lease_of_the_other_ipv6_shape_is_being_re_leased_not_lost(
     v4_only = subnet_env(tmp_path)   # IPv6 just turned on: flanneld leases anew
     assert look_at_etcd(etcd.endpoint, files(pki), DUAL, v4_only, prefix=prefix).lost_lease \
         is None
+
+
+def test_another_nodes_lease_without_a_route_here_restarts_flanneld(etcd, pki, prefix,
+                                                                    tmp_path):
+    """flanneld v0.27.4 can miss lease events after a lease of the other IPv6
+    shape goes (IPv6 turned on or off): this node then keeps no route to the
+    other node's new subnet, and its pods cannot reach that node's."""
+    etcd_store = store(etcd, pki, prefix)
+    etcd_store.write_config(NETWORK)
+    for subnet in ("10.1.52.0/24", "10.1.7.0/24", "10.1.9.0/24"):
+        etcd_store._call(lambda client, s=subnet: client.put(lease_key(s, prefix), b"{}"))
+    routes = [{"dst": "10.1.52.0/24", "dev": "cni0"}, {"dst": "10.1.7.0/24", "dev": "flannel.1"},
+              {"dst": "10.1.200.0/24", "dev": "flannel.1"}]   # an old lease's, gone
+    seen = look_at_etcd(etcd.endpoint, files(pki), NETWORK, subnet_env(tmp_path), prefix=prefix,
+                        routes=lambda: routes)
+    assert seen.unrouted == ("10.1.9.0/24",) and seen.lost_lease is None
+    routes.append({"dst": "10.1.9.0/24", "gateway": "172.31.254.13", "dev": "eth0"})
+    assert look_at_etcd(etcd.endpoint, files(pki), NETWORK, subnet_env(tmp_path),
+                        prefix=prefix, routes=lambda: routes).unrouted == ()

@@ -106,6 +106,22 @@ def lease_key(subnet, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix.rstrip('/')}/subnets/{str(subnet).replace('/', '-')}"
 
 
+def subnets_key(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix.rstrip('/')}/subnets/"
+
+
+def _subnets(keys: list) -> tuple:
+    """The IPv4 subnet of each lease key ("<prefix>/subnets/10.1.52.0-24" or
+    "...10.1.52.0-24&fd10:1:0:5::-64" -> "10.1.52.0/24")."""
+    found = []
+    for key in keys:
+        name = key.decode(errors="replace").rsplit("/", 1)[-1].partition("&")[0]
+        address, _, length = name.rpartition("-")
+        if address:
+            found.append(f"{address}/{length}")
+    return tuple(sorted(found))
+
+
 def config_key(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix.rstrip('/')}/config"
 
@@ -115,6 +131,8 @@ class EtcdView:
     config: Optional[dict[str, Any]]  # the stored network config (None: absent or not JSON)
     lease: Optional[bool]             # whether the asked lease is there (None: not asked)
     endpoint: str                     # the endpoint that answered
+    # with lease_of: the IPv4 subnet of every lease ("10.1.52.0/24"), this node's too
+    subnets: tuple = ()
 
 
 def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, *,
@@ -137,18 +155,28 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
         try:
             values = _range(connection, config_key(prefix))
             lease = bool(_range(connection, lease_key(lease_of, prefix))) if lease_of else None
+            subnets = _subnets(_range(connection, subnets_key(prefix), keys=True,
+                                      prefix=True)) if lease_of else ()
         except (OSError, http.client.HTTPException, ValueError) as error:
             failures.append(f"{endpoint} ({describe(error, timeout)})")
             continue
         finally:
             connection.close()
-        return EtcdView(_json_object(values[0]) if values else None, lease, endpoint)
+        return EtcdView(_json_object(values[0]) if values else None, lease, endpoint, subnets)
     raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
 
 
-def _range(connection: http.client.HTTPSConnection, key: str) -> list[bytes]:
-    """The values stored at `key` (one, or none) via the gateway's kv/range."""
-    body = json.dumps({"key": base64.b64encode(key.encode()).decode()})
+def _range(connection: http.client.HTTPSConnection, key: str, *, keys: bool = False,
+           prefix: bool = False) -> list[bytes]:
+    """The values stored at `key` (one, or none; with prefix, every key under
+    it) via the gateway's kv/range; with keys, the keys instead of the values."""
+    request = {"key": base64.b64encode(key.encode()).decode()}
+    if prefix:   # range_end: the prefix with its last byte + 1
+        end = key[:-1].encode() + bytes([key.encode()[-1] + 1])
+        request["range_end"] = base64.b64encode(end).decode()
+    if keys:
+        request["keys_only"] = True
+    body = json.dumps(request)
     connection.request("POST", f"{API}/kv/range", body=body,
                        headers={"Content-Type": "application/json"})
     reply = connection.getresponse()
@@ -157,7 +185,7 @@ def _range(connection: http.client.HTTPSConnection, key: str) -> list[bytes]:
         raise ValueError(f"etcd answered {reply.status} {reply.reason}: "
                          f"{data[:200].decode(errors='replace')}")
     kvs = json.loads(data).get("kvs") or []
-    return [base64.b64decode(kv.get("value", "")) for kv in kvs]
+    return [base64.b64decode(kv.get("key" if keys else "value", "")) for kv in kvs]
 
 
 def _json_object(value: bytes) -> Optional[dict[str, Any]]:
