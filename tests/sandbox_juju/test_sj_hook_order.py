@@ -326,3 +326,38 @@ def test_dispatch_script_is_preferred(world):
     assert lines[0].startswith("hooks/install ") and lines[0].endswith("/charm/dispatch")
     assert [x.split()[0] for x in lines] == ["hooks/install", "hooks/leader-elected",
                                              "hooks/config-changed", "hooks/start"]
+
+
+def _setup_order(tmp_path, seed) -> list[str]:
+    """The hook order of two principal units set up on one machine."""
+    from jujukit import World
+    tmp_path.mkdir(parents=True)
+    world = World(tmp_path)
+    world.ctl.close()
+    from sandbox.juju import Controller
+    world.ctl = Controller(tmp_path / "state", parallel=1, seed=seed)
+    try:
+        m0 = world.add_machine()
+        world.ctl.deploy("principal", world.charm("principal", principal=True), to=[m0, m0])
+        world.ctl.settle()
+        return [f"{r.unit}:{r.hook}" for r in world.ctl.hook_log]
+    finally:
+        world.ctl.close()
+
+
+def test_the_machine_lock_goes_in_a_seeded_order(tmp_path):
+    """Juju's unit agents race for the machine lock: with a seed, which of
+    the units waiting gets it next is a seeded pick (each unit's own hooks
+    stay in order); the same seed plays the same order, and without one the
+    first unit queued always goes first."""
+    unseeded = _setup_order(tmp_path / "none", None)
+    assert unseeded == [f"principal/{u}:{h}" for u in (0, 1) for h in (
+        "install", "leader-elected" if u == 0 else "leader-settings-changed",
+        "config-changed", "start")]
+    orders = {seed: _setup_order(tmp_path / f"s{seed}", seed) for seed in range(4)}
+    assert _setup_order(tmp_path / "again", 2) == orders[2]
+    assert any(order != unseeded for order in orders.values()), orders
+    for order in orders.values():   # each unit's own hooks keep Juju's order
+        for unit in ("principal/0", "principal/1"):
+            own = [entry.split(":")[1] for entry in order if entry.startswith(unit)]
+            assert own[0] == "install" and own[-1] == "start", order
