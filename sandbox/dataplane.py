@@ -206,9 +206,9 @@ def measure(charm_dir: Path, resource: Path, setting: tuple, seconds: float,
                     run(["ip", "-n", machine.netns, "link", "set", machine.iface, "mtu",
                          str(switch_mtu)])
             pod_mtu = int(env["FLANNEL_MTU"]) if "FLANNEL_MTU" in env else None
-            if family == 6 and "flannel-v6.1" in cluster.vxlan_links("m1"):
-                # the IPv6 path: flannel-v6.1 is 20 bytes smaller than FLANNEL_MTU
-                pod_mtu = cluster.vxlan_links("m1")["flannel-v6.1"]["mtu"]
+            v6_device = cluster.vxlan_links("m1").get("flannel-v6.1") if family == 6 else None
+            if v6_device:   # the IPv6 path: flannel-v6.1 is 20 bytes smaller than FLANNEL_MTU
+                pod_mtu = v6_device["mtu"]
             figures = Figures(
                 setting=label, pod_mtu=pod_mtu,
                 pod_mbit_s=pod_mbit_s,

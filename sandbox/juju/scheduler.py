@@ -94,7 +94,7 @@ class HookScheduler:
         needs its machine's lane free. Which unit's goes first: the first
         queued, or with a seed (Controller(seed=)) a seeded pick among the
         units that could, as unit agents race for Juju's machine lock."""
-        if getattr(self, "_lock_order", None) is None:
+        if self._lock_order is None:
             return self._first_entry(data, busy_units, busy_lanes)
         ready = []
         while True:

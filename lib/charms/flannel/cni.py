@@ -40,7 +40,6 @@ def published_cidr(confirmed: dict) -> str:
     for dual-stack "10.1.0.0/16,fd10:1::/56" (IPv4 first, no spaces), which
     kubernetes-control-plane passes as is to kube-controller-manager's and
     kube-proxy's --cluster-cidr."""
-    networks = [confirmed["Network"]]
-    if confirmed.get("EnableIPv6") and confirmed.get("IPv6Network"):
-        networks.append(confirmed["IPv6Network"])
-    return ",".join(networks)
+    from .daemon import ipv6_shape
+    ipv6 = ipv6_shape(confirmed)
+    return ",".join([confirmed["Network"]] + ([str(ipv6[0])] if ipv6 else []))

@@ -113,10 +113,10 @@ def vxlan_v6_device_mtu(pod_mtu: Optional[int], underlay_mtu: Optional[int]) -> 
     return min(pod_mtu, underlay_mtu - VXLAN_OVERHEAD - VXLAN_V6_EXTRA_OVERHEAD)
 
 
-def delete_vxlan_links(keep: Iterable[str] = (),
-                       keep_mtu: Optional[dict[str, Optional[int]]] = None) -> list[str]:
-    """Delete flanneld's vxlan devices but those in `keep` (and those too if
-    their MTU is not keep_mtu[name], when given); returns the names deleted.
+def delete_vxlan_links(keep: Optional[dict[str, Optional[int]]] = None) -> list[str]:
+    """Delete flanneld's vxlan devices but those `keep` names (and those too
+    if their MTU is not keep[name], when that is not None); returns the
+    names deleted.
 
     flanneld leaves its device behind when stopped, and names it after the
     VNI: after a VNI change the old one would stay, holding the node's
@@ -125,14 +125,14 @@ def delete_vxlan_links(keep: Iterable[str] = (),
     would carry on with the old MTU while pods get the new one. And nothing
     of flanneld's removes flannel-v6.<VNI> when IPv6 is turned off.
     """
-    keep = set(keep)
+    keep = keep or {}
     shown = subprocess.run(["ip", "-j", "-d", "link", "show"], capture_output=True,
                            text=True, check=True)
     links = json.loads(shown.stdout or "[]")
     mtus = {link.get("ifname"): link.get("mtu") for link in links}
     gone = []
     for name in flannel_vxlan_links(links):
-        wanted_mtu = (keep_mtu or {}).get(name)
+        wanted_mtu = keep.get(name)
         if name not in keep or (wanted_mtu is not None and mtus.get(name) != wanted_mtu):
             deleted = subprocess.run(["ip", "link", "delete", name], capture_output=True,
                                      text=True)
@@ -269,7 +269,7 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
         if ipv6:
             keep_mtu[vxlan_link.replace("flannel.", "flannel-v6.", 1)] = \
                 vxlan_v6_device_mtu(pod_mtu, underlay_mtu)
-    gone.vxlan_links = delete_vxlan_links(keep=keep_mtu, keep_mtu=keep_mtu)
+    gone.vxlan_links = delete_vxlan_links(keep=keep_mtu)
     return gone
 
 

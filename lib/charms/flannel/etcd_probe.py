@@ -110,16 +110,21 @@ def subnets_key(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix.rstrip('/')}/subnets/"
 
 
+def lease_subnets(name: str) -> tuple[str, Optional[str]]:
+    """The subnets a lease key's last part names (flanneld's MakeSubnetKey,
+    reversed): "10.1.52.0-24" -> ("10.1.52.0/24", None);
+    "10.1.52.0-24&fd10:1:0:5::-64" -> ("10.1.52.0/24", "fd10:1:0:5::/64")."""
+    def subnet(part: str) -> str:
+        address, _, length = part.rpartition("-")
+        return f"{address}/{length}" if address else part
+    ipv4, _, ipv6 = name.partition("&")
+    return subnet(ipv4), (subnet(ipv6) if ipv6 else None)
+
+
 def _subnets(keys: list) -> tuple:
-    """The IPv4 subnet of each lease key ("<prefix>/subnets/10.1.52.0-24" or
-    "...10.1.52.0-24&fd10:1:0:5::-64" -> "10.1.52.0/24")."""
-    found = []
-    for key in keys:
-        name = key.decode(errors="replace").rsplit("/", 1)[-1].partition("&")[0]
-        address, _, length = name.rpartition("-")
-        if address:
-            found.append(f"{address}/{length}")
-    return tuple(sorted(found))
+    """The IPv4 subnet of each lease key ("<prefix>/subnets/10.1.52.0-24")."""
+    return tuple(sorted(lease_subnets(key.decode(errors="replace").rsplit("/", 1)[-1])[0]
+                        for key in keys))
 
 
 def config_key(prefix: str = DEFAULT_PREFIX) -> str:

@@ -20,7 +20,7 @@ import requests
 from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
 from .etcd_probe import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, describe_text,
-                         ordered, parse_endpoints)
+                         lease_key, lease_subnets, ordered, parse_endpoints)
 from .host_network import cidr_conflict
 from .options import (InvalidOption, NetworkOptions, backend_change_pending, backend_type,
                       network_config)
@@ -111,11 +111,11 @@ def give_lease_back(store: NetworkStore, subnet: str, *,
     one of them: a lease that expired and was leased by another node since
     is not this node's to give back.
     """
-    if held_by is not None:
-        held = [lease for lease in store.leases() if lease.get("Subnet") == subnet]
-        if not held or any(lease.get("PublicIP") not in held_by for lease in held):
-            return False
-    return store.release_lease(subnet)
+    held = [lease for lease in store.leases() if lease.get("Subnet") == subnet]
+    if held_by is not None and (
+            not held or any(lease.get("PublicIP") not in held_by for lease in held)):
+        return False
+    return store.release_lease(subnet, held)
 
 
 def _kept_changing(attempts: int) -> EtcdUnavailable:
@@ -247,24 +247,25 @@ class NetworkStore:
         for value, meta in items:
             key = meta["key"].decode() if isinstance(meta["key"], bytes) else str(meta["key"])
             lease = _json_object(value) or {}
-            subnet, _, ipv6_subnet = key[len(self.subnets_prefix):].partition("&")
-            lease["Subnet"] = _from_key(subnet)
+            lease["Subnet"], ipv6_subnet = lease_subnets(key[len(self.subnets_prefix):])
             if ipv6_subnet:
-                lease["IPv6Subnet"] = _from_key(ipv6_subnet)
+                lease["IPv6Subnet"] = ipv6_subnet
             lease["Key"] = key
             leases.append(lease)
         return leases
 
-    def release_lease(self, subnet: str) -> bool:
+    def release_lease(self, subnet: str, leases: list[dict] | None = None) -> bool:
         """Delete the lease of `subnet` ("10.1.52.0/24", a dual-stack lease's
         IPv6 subnet with it); True if it was there.
 
         flanneld does not revoke its lease when it stops, and leases live
         24 h: a node leaving the network must give its lease back itself, or
         the network looks in use (a backend change is refused) for a day.
+        `leases`: the subnet's leases as leases() gave them, if already read.
         """
-        keys = [lease["Key"] for lease in self.leases() if lease["Subnet"] == subnet]
-        keys = keys or [self.subnets_prefix + subnet.replace("/", "-")]
+        held = leases if leases is not None else [
+            lease for lease in self.leases() if lease["Subnet"] == subnet]
+        keys = [lease["Key"] for lease in held] or [lease_key(subnet, self.prefix)]
         return any([bool(self._call(lambda client, key=key: client.delete(key)))
                     for key in keys])
 
@@ -302,13 +303,6 @@ class NetworkStore:
             self._preferred = endpoint
             return result
         raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
-
-
-def _from_key(part: str) -> str:
-    """"10.1.52.0-24" -> "10.1.52.0/24" (flanneld's MakeSubnetKey, reversed:
-    the prefix length follows the last '-')."""
-    address, _, length = part.rpartition("-")
-    return f"{address}/{length}" if address else part
 
 
 def _json_object(value: bytes) -> dict[str, Any] | None:
