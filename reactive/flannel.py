@@ -204,6 +204,7 @@ def configure_network():
         with NetworkStore(_etcd_settings(etcd), preferred=_answered()) as store:
             try:
                 write_network(store, options, _service_cidr())
+                _carry_v2_leases(store, network_config(options))
             finally:
                 _remember_answered(store.answered)
     except (InvalidOption, EtcdUnavailable) as problem:
@@ -225,6 +226,38 @@ def configure_network():
     # flanneld's digest (credentials, network) decides whether it restarts.
     clear_flag(SERVICE_RUNNING)
     set_flag(NETWORK_CONFIGURED)
+
+
+def _carry_v2_leases(store, config) -> None:
+    """flannel v0.11's leases (a cluster of charm-flannel before 2023) into
+    v3, before this node's flanneld of today first starts: it keeps its
+    subnet and routes the nodes still on v0.11 (v2_network.py)."""
+    from charms.flannel.v2_network import carry_leases
+    v2, carried = carry_leases(store, config)
+    if v2:
+        _state().v2_network_seen = True
+    if carried:
+        hookenv.log("Carried flannel v0.11's leases of {} from etcd's v2 keyspace into v3; "
+                    "the v2 keys stay until every node runs today's flanneld".format(
+                        ", ".join(carried)))
+
+
+def _finish_v2_move(etcd) -> None:
+    """update-status, on a unit that saw flannel v0.11's network: once every
+    node runs today's flanneld, delete flannel's v2 keys."""
+    from charms.flannel.network import EtcdUnavailable, NetworkStore
+    from charms.flannel.v2_network import finish_move
+    try:
+        with NetworkStore(_etcd_settings(etcd, timeout=3.0), preferred=_answered()) as store:
+            done = finish_move(store)
+    except EtcdUnavailable as error:
+        hookenv.log("Could not look at etcd's v2 keyspace: {}".format(error.reason))
+        return
+    if done:
+        hookenv.log("Every node runs today's flanneld: deleted flannel v0.11's network "
+                    "from etcd's v2 keyspace")
+    if done is not False:
+        _state().v2_network_seen = None
 
 
 def _cidr_conflict(options):
@@ -349,6 +382,8 @@ def _look_at_etcd(etcd) -> None:
     if seen.lost_lease or seen.unrouted:
         state.flanneld_inputs = None
         clear_flag(SERVICE_RUNNING)
+    if state.v2_network_seen and seen.problem is None:
+        _finish_v2_move(etcd)
 
 
 @when(NETWORK_CONFIGURED)

@@ -28,7 +28,9 @@ def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(scope="session")
 def etcd(tmp_path_factory: pytest.TempPathFactory, pki: Pki):
-    server = EtcdServer(tmp_path_factory.mktemp("etcd"), pki, host="127.0.0.1")
+    """etcd with its v2 API on too, as the etcd charm had it for flannel
+    v0.11 (tests/unit/test_v2_network.py); the v3 API is the same either way."""
+    server = EtcdServer(tmp_path_factory.mktemp("etcd"), pki, host="127.0.0.1", enable_v2=True)
     with server:
         yield server
 

@@ -118,6 +118,24 @@ def test_a_pre_existing_file_is_restored_byte_for_byte_with_its_mode(record, bin
     assert mode_of(target) == 0o751
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_pre_existing_file_gets_its_owner_back(record, bin_dir):
+    """The 2020 kubernetes-worker extracts its cni-plugins with `tar xfz` as
+    root, which keeps the archive's owners (1001:127 here). On the old
+    main remove_all put the worker's flannel back owned by root (`assert
+    (0, 0) == (1001, 127)`)."""
+    target = bin_dir / "flannel"
+    target.write_bytes(b"worker's flannel plugin")
+    os.chown(target, 1001, 127)
+    os.chmod(target, 0o755)
+    record.install(target, b"charm's flannel plugin", 0o755)
+    assert (target.stat().st_uid, target.stat().st_gid) == (0, 0)
+    record.remove_all()
+    assert target.read_bytes() == b"worker's flannel plugin"
+    assert (target.stat().st_uid, target.stat().st_gid) == (1001, 127)
+    assert mode_of(target) == 0o755
+
+
 def test_the_original_is_kept_from_the_first_install_only(record, bin_dir):
     target = bin_dir / "flannel"
     target.write_bytes(b"original")

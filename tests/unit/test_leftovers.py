@@ -91,6 +91,49 @@ def test_removal_takes_every_flannel_rule_and_leaves_everyone_elses(node):
     assert leftovers.remove_iptables_rules(node, commands=["iptables"]) == []  # idempotent
 
 
+# flannel v0.11's (charm-flannel f79f180, --ip-masq), as it wrote them on a
+# node of subnet 10.1.88.0/24: straight into the built-in chains
+V011_RULES = """
+iptables -t nat -A POSTROUTING -s 10.1.0.0/16 -d 10.1.0.0/16 -j RETURN
+iptables -t nat -A POSTROUTING -s 10.1.0.0/16 ! -d 224.0.0.0/4 -j MASQUERADE --random-fully
+iptables -t nat -A POSTROUTING ! -s 10.1.0.0/16 -d 10.1.88.0/24 -j RETURN
+iptables -t nat -A POSTROUTING ! -s 10.1.0.0/16 -d 10.1.0.0/16 -j MASQUERADE --random-fully
+iptables -t filter -A FORWARD -s 10.1.0.0/16 -j ACCEPT
+iptables -t filter -A FORWARD -d 10.1.0.0/16 -j ACCEPT
+iptables -t nat -A POSTROUTING -s 10.2.0.0/16 -d 10.2.0.0/16 -j RETURN
+iptables -t nat -A POSTROUTING -s 10.1.0.0/16 -d 10.1.0.0/16 -p tcp -j RETURN
+"""
+
+
+def test_flannel_v011s_rules_go_for_the_pod_network_and_no_other(node):
+    """flannel v0.11 left its --ip-masq and forward rules in POSTROUTING and
+    FORWARD, and flanneld v0.27 never touches them: a node refreshed from
+    charm-flannel f79f180 kept them for good (and its removal did too)."""
+    node(["sh", "-ec", V011_RULES])
+    network = ipaddress.ip_network("10.1.0.0/16")
+    found = leftovers.flannel_rules(node(["iptables-save"]), [network])
+    assert len(found["nat"]["v011"]) == 4 and len(found["filter"]["v011"]) == 2
+    removed = leftovers.remove_v011_rules([network], run=node)
+    assert len(removed) == 6, removed
+    after = node(["iptables-save"])
+    assert "FLANNEL-POSTRTG" in after and "FLANNEL-FWD" in after, "today's flanneld's stay"
+    assert "-A FORWARD -s 10.1.0.0/16 -j ACCEPT" not in after
+    # another network's, a rule of another shape, the operator's: theirs
+    for kept in ("-A POSTROUTING -s 10.2.0.0/16 -d 10.2.0.0/16 -j RETURN",
+                 "-A POSTROUTING -s 10.1.0.0/16 -d 10.1.0.0/16 -p tcp -j RETURN",
+                 "-A FORWARD -s 192.168.9.0/24 -j ACCEPT"):
+        assert kept in after, kept
+    assert leftovers.remove_v011_rules([network], run=node) == []
+
+
+def test_removal_takes_flannel_v011s_rules_with_todays(node):
+    node(["sh", "-ec", V011_RULES])
+    leftovers.remove_iptables_rules(node, commands=["iptables"],
+                                    networks=[ipaddress.ip_network("10.1.0.0/16")])
+    after = node(["iptables-save"])
+    assert "FLANNEL" not in after and "10.1.0.0/16 -j" not in after, after
+
+
 def test_routes_into_the_pod_network_go_and_the_bridges_and_others_stay(node):
     network = ipaddress.ip_network("10.1.0.0/16")
     node(["ip", "route", "add", "10.1.200.0/22", "via", "172.31.254.1"])  # not a node's subnet

@@ -45,13 +45,27 @@ def test_an_unknown_revision_is_refused(tmp_path):
         old_charm_dir(tmp_path, "0000000")
 
 
-def test_the_old_resource_is_an_older_build_with_etcdctl(tmp_path):
+def members_of(path):
+    with tarfile.open(path, "r:gz") as archive:
+        return {m.name: archive.extractfile(m).read() for m in archive}
+
+
+def test_the_latest_revisions_resource_is_an_older_build_with_etcdctl(tmp_path):
     new = tarball(tmp_path / "flannel-amd64.tar.gz",
                   {"./flanneld": b"flanneld", "./cni-plugin/flannel": b"plugin"})
-    old = old_resource(new, tmp_path / "old")
-    with tarfile.open(old, "r:gz") as archive:
-        members = {m.name: archive.extractfile(m).read() for m in archive}
+    members = members_of(old_resource(new, tmp_path / "old", "a69755c"))
     assert members["flanneld"] == b"flanneld" + OLD_BUILD_MARK
     assert members["cni-plugin/flannel"] == b"plugin" + OLD_BUILD_MARK
     assert "etcdctl" in members
     assert workers_flannel(new) not in (b"plugin", members["cni-plugin/flannel"])
+
+
+def test_the_seeds_resource_is_flannel_v011_and_etcdctl_without_a_plugin(tmp_path):
+    """charm-flannel f79f180's build-flannel-resources.sh packed flanneld
+    v0.11.0 and etcdctl v2.3.7: the flannel plugin was the worker's."""
+    new = tarball(tmp_path / "flannel-amd64.tar.gz",
+                  {"./flanneld": b"flanneld", "./cni-plugin/flannel": b"plugin"})
+    members = members_of(old_resource(new, tmp_path / "old", "f79f180",
+                                      flanneld_v011=b"flanneld v0.11.0"))
+    assert set(members) == {"flanneld", "etcdctl"}
+    assert members["flanneld"] == b"flanneld v0.11.0"

@@ -58,10 +58,12 @@ def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_pat
                 "flannel.binding-interface": "eth0", "flannel.flanneld-iface": "eth0",
                 "flannel.status": ["active", "Flannel subnet 10.1.52.1/24"],
                 "flannel.config": {"cidr": "10.1.0.0/16"}, "flannel.cni-network-name": "cbr0"}
+    # keys this revision added, which no earlier one wrote
+    added = {"flannel.v2-network-seen"}
     s = state(tmp_path)
     for key, value in previous.items():
         s.kv.set(key, value)
-    assert sorted(UnitState.keys()) == sorted(previous)
+    assert sorted(UnitState.keys()) == sorted(set(previous) | added)
     read = {name: getattr(s, name) for name in (
         "confirmed_network", "flanneld_inputs", "network_inputs", "unit_file_inputs",
         "cni_inputs", "nrpe_inputs", "unit_file_loaded", "etcd_endpoints", "etcd_answered",

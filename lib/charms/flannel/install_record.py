@@ -5,7 +5,8 @@ installed, and nothing else.
 
 - A path the charm wrote is recorded with the sha256 and mode it wrote.
 - If something already stood at a path the first time the charm wrote it, a
-  copy is kept under originals/ and put back, byte for byte, on remove_all().
+  copy is kept under originals/ and put back, byte for byte, with its mode
+  and owner, on remove_all().
 - On remove_all(), a file whose content no longer matches the record was
   changed by someone else since (e.g. a principal re-extracting its CNI
   plugins); it is left alone and reported.
@@ -118,9 +119,10 @@ def _drop_temp(path: Path) -> None:
         pass
 
 
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    """Write a temp file beside path, set its mode, fsync, rename over path:
-    readers see the old file or the new one, never a partial one."""
+def _write_atomically(path: Path, data: bytes, mode: int, owner=None) -> None:
+    """Write a temp file beside path, set its mode (and owner: [uid, gid]),
+    fsync, rename over path: readers see the old file or the new one, never
+    a partial one."""
     temp = _temp_path(path)
     _drop_temp(path)  # what a killed write left
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -129,6 +131,8 @@ def _write_atomically(path: Path, data: bytes, mode: int) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            if owner is not None:   # before the mode: chown clears set-id bits
+                os.fchown(handle.fileno(), *owner)
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         os.replace(temp, path)
@@ -318,7 +322,7 @@ class InstallRecord:
             report.restored.append(path)
         else:
             data = (self._originals / path.relative_to("/")).read_bytes()
-            _write_atomically(path, data, original["mode"])
+            _write_atomically(path, data, original["mode"], owner=original.get("owner"))
             report.restored.append(path)
 
     def _keep_original(self, path: Path) -> dict[str, Any] | None:
@@ -330,7 +334,9 @@ class InstallRecord:
         copy = self._originals / path.relative_to("/")
         self._make_private_dirs(copy.parent)
         _write_atomically(copy, path.read_bytes(), 0o600)
-        return {"kind": "file", "mode": stat.S_IMODE(path.stat().st_mode)}
+        info = path.stat()
+        return {"kind": "file", "mode": stat.S_IMODE(info.st_mode),
+                "owner": [info.st_uid, info.st_gid]}
 
     def _make_private_dirs(self, directory: Path) -> None:
         self.directory.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,14 @@ node's subnet. Removing flannel takes all of it away, with the same
 `iptables` (and `ip6tables`) the node's flanneld used, whichever flavour
 (nft or legacy) that is.
 
+flannel v0.11 (charm-flannel f79f180, run with --ip-masq) wrote its rules
+straight into nat POSTROUTING and filter FORWARD, without chains of its own,
+and never removes them either: they are recognised by their exact shape for
+the pod network (V011_RULES) and go too, when flanneld is restarted after
+the refresh from that charm and when flannel is removed. v0.27 recycles
+only its own chains, so without this a refreshed node would keep them for
+good.
+
 What stays, for the pods still running on the node (containerd owns them):
 the bridge `cni0` with its address and its route to the node's own subnet,
 and host-local's table of their addresses. Once no pod is left on the
@@ -107,10 +115,55 @@ def iptables_commands(which: Callable[[str], object] = shutil.which) -> list[str
             if which(cmd) and which(cmd + "-save")]
 
 
-def flannel_rules(save_output: str) -> dict[str, dict]:
+# flannel v0.11's --ip-masq and forward rules (network/iptables.go: MasqRules,
+# ForwardRules) as iptables-save shows them: (table, chain, rule), N the pod
+# network, S a node's subnet in it; MASQUERADE with or without --random-fully.
+V011_RULES = (
+    ("nat", "POSTROUTING", "-s N -d N -j RETURN"),
+    ("nat", "POSTROUTING", "-s N ! -d 224.0.0.0/4 -j MASQUERADE"),
+    ("nat", "POSTROUTING", "-s N ! -d 224.0.0.0/4 -j MASQUERADE --random-fully"),
+    ("nat", "POSTROUTING", "! -s N -d S -j RETURN"),
+    ("nat", "POSTROUTING", "! -s N -d N -j MASQUERADE"),
+    ("nat", "POSTROUTING", "! -s N -d N -j MASQUERADE --random-fully"),
+    ("filter", "FORWARD", "-s N -j ACCEPT"),
+    ("filter", "FORWARD", "-d N -j ACCEPT"),
+)
+
+
+def is_v011_rule(table: str, words: list, networks: Iterable) -> bool:
+    """Whether an `iptables-save` rule (`-A CHAIN ...` split) is one flannel
+    v0.11 wrote for one of the IPv4 pod `networks`."""
+    for network in networks:
+        if network.version != 4:
+            continue
+        for rule_table, chain, shape in V011_RULES:
+            wanted = shape.split()
+            if table != rule_table or words[1] != chain or len(words) - 2 != len(wanted):
+                continue
+            if all(_v011_word_matches(want, got, network)
+                   for want, got in zip(wanted, words[2:])):
+                return True
+    return False
+
+
+def _v011_word_matches(want: str, got: str, network: ipaddress.IPv4Network) -> bool:
+    if want == "N":
+        return got == str(network)
+    if want == "S":
+        try:
+            subnet = ipaddress.ip_network(got)
+        except ValueError:
+            return False
+        return subnet.version == 4 and subnet.subnet_of(network) and subnet != network
+    return want == got
+
+
+def flannel_rules(save_output: str, networks: Iterable = ()) -> dict[str, dict]:
     """flanneld's part of `iptables-save` output, per table: its chains
-    (named FLANNEL-...) and the rules elsewhere that jump to them, each as
-    the argv that would delete it (`-D CHAIN ...`)."""
+    (named FLANNEL-...), the rules elsewhere that jump to them and, for the
+    pod `networks`, flannel v0.11's rules (`v011`), each rule as the argv
+    that would delete it (`-D CHAIN ...`)."""
+    networks = list(networks)
     tables: dict[str, dict] = {}
     table = None
     for line in save_output.splitlines():
@@ -120,7 +173,7 @@ def flannel_rules(save_output: str) -> dict[str, dict]:
             continue
         if table is None:
             continue
-        found = tables.setdefault(table, {"chains": [], "jumps": []})
+        found = tables.setdefault(table, {"chains": [], "jumps": [], "v011": []})
         if line.startswith(":"):
             chain = line[1:].split()[0]
             if chain.startswith(CHAIN_PREFIX):
@@ -131,17 +184,30 @@ def flannel_rules(save_output: str) -> dict[str, dict]:
             target = words[words.index("-j") + 1] if "-j" in words[:-1] else ""
             if target.startswith(CHAIN_PREFIX) and not chain.startswith(CHAIN_PREFIX):
                 found["jumps"].append(["-D", *words[1:]])
-    return {t: f for t, f in tables.items() if f["chains"] or f["jumps"]}
+            elif is_v011_rule(table, words, networks):
+                found["v011"].append(["-D", *words[1:]])
+    return {t: f for t, f in tables.items() if f["chains"] or f["jumps"] or f["v011"]}
+
+
+def remove_v011_rules(networks: Iterable, run: Run = run_command) -> list[str]:
+    """Delete flannel v0.11's rules for the pod `networks` (and nothing of
+    today's flanneld); returns what went, for the log."""
+    return remove_iptables_rules(run, ["iptables"], networks, chains=False)
 
 
 def remove_iptables_rules(run: Run = run_command,
-                          commands: Iterable[str] | None = None) -> list[str]:
-    """Delete flanneld's jumps, then flush and delete its chains, in every
-    table of every iptables front end; returns what went, for the log."""
+                          commands: Iterable[str] | None = None,
+                          networks: Iterable = (), chains: bool = True) -> list[str]:
+    """Delete flanneld's jumps, then flush and delete its chains (with
+    `chains`), in every table of every iptables front end, and flannel
+    v0.11's rules for the pod `networks`; returns what went, for the log."""
     removed = []
+    networks = list(networks)
     for cmd in (iptables_commands() if commands is None else commands):
-        for table, found in flannel_rules(run([cmd + "-save"])).items():
-            for rule in found["jumps"]:
+        for table, found in flannel_rules(run([cmd + "-save"]), networks).items():
+            if not chains:
+                found = {"jumps": [], "chains": [], "v011": found["v011"]}
+            for rule in found["jumps"] + found["v011"]:
                 run([cmd, "-w", "-t", table, *rule])
                 removed.append(f"{cmd} -t {table} {shlex.join(rule)}")
             for chain in found["chains"]:

@@ -24,6 +24,7 @@ from .etcd_probe import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, des
 from .host_network import cidr_conflict
 from .options import (InvalidOption, NetworkOptions, backend_change_pending, backend_type,
                       network_config)
+from .v2_network import V2Network, parse_v2_tree
 
 # Re-exported: network_config's home is options.py, EtcdUnavailable's and
 # the endpoint handling's etcd_probe.py (light enough for idle hooks).
@@ -254,6 +255,47 @@ class NetworkStore:
             leases.append(lease)
         return leases
 
+    def create_lease(self, name: str, value: bytes, ttl: int) -> bool:
+        """Put a lease at <prefix>/subnets/<name> ("10.1.52.0-24") that
+        expires in `ttl` seconds, only if no lease is there (one etcd
+        transaction, as flanneld creates its own); False if one was."""
+        key = self.subnets_prefix + name
+
+        def create(client: etcd3gw.Etcd3Client) -> bool:
+            lease = client.lease(ttl)
+            if client.create(key, value, lease=lease):
+                return True
+            lease.revoke()
+            return False
+        return self._call(create)
+
+    # -- the v2 keyspace (flannel v0.11; v2_network.py) ------------------------------
+    def v2_network(self) -> V2Network:
+        """flannel's keys under the prefix in etcd's v2 API (config and
+        leases); empty where etcd serves no v2 API or has nothing there."""
+        def read(endpoint: str) -> V2Network:
+            reply = self.session.get(f"{endpoint}/v2/keys{self.prefix}",
+                                     params={"recursive": "true"},
+                                     timeout=self.settings.timeout)
+            if reply.status_code == 404:   # no such key, or no v2 API at all
+                return V2Network(config=None, leases=())
+            reply.raise_for_status()
+            return parse_v2_tree(reply.json(), self.prefix)
+        return self._call_endpoints(read)
+
+    def forget_v2_network(self) -> bool:
+        """Delete flannel's v2 keys (the prefix, recursively); True if there
+        were any."""
+        def delete(endpoint: str) -> bool:
+            reply = self.session.delete(f"{endpoint}/v2/keys{self.prefix}",
+                                        params={"recursive": "true", "dir": "true"},
+                                        timeout=self.settings.timeout)
+            if reply.status_code == 404:
+                return False
+            reply.raise_for_status()
+            return True
+        return self._call_endpoints(delete)
+
     def release_lease(self, subnet: str, leases: list[dict] | None = None) -> bool:
         """Delete the lease of `subnet` ("10.1.52.0/24", a dual-stack lease's
         IPv6 subnet with it); True if it was there.
@@ -292,10 +334,14 @@ class NetworkStore:
 
     def _call(self, operation: Callable[[etcd3gw.Etcd3Client], T]) -> T:
         """Run operation on the first endpoint that answers."""
+        return self._call_endpoints(lambda endpoint: operation(self._client(endpoint)))
+
+    def _call_endpoints(self, operation: Callable[[str], T]) -> T:
+        """Run operation(endpoint) on the first endpoint that answers."""
         failures = []
         for endpoint in ordered(self.settings.endpoints, self._preferred):
             try:
-                result = operation(self._client(endpoint))
+                result = operation(endpoint)
             # OSError: requests raises it for a missing certificate or key file.
             except (Etcd3Exception, requests.RequestException, OSError) as error:
                 failures.append(f"{endpoint} ({describe_error(error, self.settings.timeout)})")

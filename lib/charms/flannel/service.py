@@ -63,6 +63,7 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
         return False
     log("flanneld inputs changed; (re)starting {}".format(SERVICE))
     systemd.do("stop", SERVICE)
+    served = [network for network, _ in leftovers.pod_networks(confirmed, subnet_env)]
     network, subnet_len, vni = daemon.network_shape(confirmed)
     ipv6 = daemon.ipv6_shape(confirmed)
     forgotten = daemon.forget_old_network(
@@ -78,6 +79,11 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
         except (OSError, subprocess.SubprocessError) as error:
             log("Could not drop the previous network's iptables rules or routes: "
                 "{}".format(error))
+    try:   # a refreshed node's: flanneld v0.27 never removes them
+        for line in leftovers.remove_v011_rules(served):
+            log("Dropped flannel v0.11's iptables rule {}".format(line))
+    except (OSError, subprocess.SubprocessError) as error:
+        log("Could not drop flannel v0.11's iptables rules: {}".format(error))
     if state.flanneld_iface not in (None, iface):
         moved(state.flanneld_iface, iface)
     state.flanneld_iface = iface

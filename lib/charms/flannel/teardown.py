@@ -55,7 +55,8 @@ def tear_down(record: Optional[InstallRecord], systemd: Systemd, *,
     # flanneld cleans its iptables rules when it starts, not when it exits
     best_effort("remove flanneld's iptables rules", lambda: [
         log("Removed flanneld's iptables rule: {}".format(line), False)
-        for line in leftovers.remove_iptables_rules()], log)
+        for line in leftovers.remove_iptables_rules(
+            networks=[network for network, _ in served.networks])], log)
     best_effort("remove flanneld's routes", lambda: [
         log("Removed flanneld's route {}".format(line), False)
         for line in leftovers.remove_pod_network_routes(served.networks)], log)

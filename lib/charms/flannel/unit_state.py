@@ -80,6 +80,11 @@ class UnitState:
         "flannel.config",
         "The charm config as the last hook but update-status read it: Juju runs "
         "config-changed for every change, so an idle hook need not ask again.")
+    v2_network_seen = _Key(
+        "flannel.v2-network-seen",
+        "etcd's v2 keyspace held flannel v0.11's network when this unit carried its leases "
+        "into v3 (v2_network.py): update-status looks whether every node has moved, to "
+        "delete the v2 keys, until they are gone.")
     cni_network_name = _Key(
         "flannel.cni-network-name",
         "The CNI network name the old charm's conflist used (adoption): host-local's "

@@ -1,0 +1,171 @@
+"""flannel's network in etcd's v2 keyspace, and moving it to v3.
+
+charm-flannel before 2023 (f79f180 among its revisions) ran flannel v0.11,
+which speaks only etcd's v2 API: its network config and every node's subnet
+lease live in the v2 keyspace, which the v3 API does not see (REFERENCE
+§10). Today's flanneld (v0.27) reads only v3. No charm-flannel revision ever
+moved that data, and a refreshed node then keeps its subnet only by luck
+(subnet.env still there); a node that has moved does not see the leases of
+those that have not, and the v3 allocator may hand out a subnet a v2 node
+still holds.
+
+What this charm does, in configure_network, after writing the v3 config:
+- carry_leases: each v2 lease that fits the network config and whose subnet
+  has no v3 lease is copied into v3, byte for byte, with the time it has
+  left. A node's new flanneld then finds its own lease by its address and
+  keeps its subnet (subnet.env or not), and routes the nodes still on v2;
+  those nodes keep routing this one through its v2 lease, which stays.
+- the v2 keys stay while any node may still run flannel v0.11.
+- v2_network_moved, at update-status on a unit that saw v2 data: once every
+  v2 lease's subnet is held in v3 by today's flanneld (it rewrote the copy:
+  its lease value differs from v0.11's), no v0.11 flanneld is left, and the
+  charm deletes flannel's v2 keys (config and leases). A node that never
+  moves keeps them until its v2 lease runs out.
+
+The HTTP side (v2 reads and deletes, v3 writes) is NetworkStore's; this
+module decides.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+# etcd's v2 TTLs count down from flanneld's 24 h: a copy never outlives its lease
+MAX_CARRIED_TTL = 24 * 3600
+
+
+@dataclass(frozen=True)
+class V2Lease:
+    name: str               # the key's last part: "10.1.52.0-24"
+    value: bytes            # the lease as flannel v0.11 wrote it (PublicIP, Backend*)
+    ttl: Optional[int]      # seconds left; None: no TTL (a reservation)
+
+    @property
+    def subnet(self) -> Optional[ipaddress.IPv4Network]:
+        address, _, length = self.name.partition("-")
+        try:
+            return ipaddress.IPv4Network(f"{address}/{length}")
+        except ValueError:
+            return None
+
+    @property
+    def public_ip(self) -> Optional[str]:
+        try:
+            parsed = json.loads(self.value)
+        except ValueError:
+            return None
+        return parsed.get("PublicIP") if isinstance(parsed, dict) else None
+
+
+@dataclass(frozen=True)
+class V2Network:
+    config: Optional[bytes]     # <prefix>/config as stored (None: absent)
+    leases: tuple               # V2Lease, ...
+
+    def __bool__(self) -> bool:
+        return self.config is not None or bool(self.leases)
+
+
+def parse_v2_tree(reply: dict[str, Any], prefix: str) -> V2Network:
+    """flannel's keys from a recursive v2 GET of `prefix` (etcd's JSON:
+    {"node": {"nodes": [...]}})."""
+    config, leases = None, []
+    top = reply.get("node") or {}
+    for node in top.get("nodes") or []:
+        key = str(node.get("key", ""))
+        if key == f"{prefix}/config" and not node.get("dir"):
+            config = str(node.get("value", "")).encode()
+        elif key == f"{prefix}/subnets" and node.get("dir"):
+            for lease in node.get("nodes") or []:
+                if lease.get("dir"):
+                    continue
+                ttl = lease.get("ttl")
+                leases.append(V2Lease(name=str(lease.get("key", "")).rsplit("/", 1)[-1],
+                                      value=str(lease.get("value", "")).encode(),
+                                      ttl=int(ttl) if ttl is not None else None))
+    return V2Network(config=config, leases=tuple(sorted(leases, key=lambda lease: lease.name)))
+
+
+def fits(lease: V2Lease, config: dict[str, Any]) -> bool:
+    """Whether today's flanneld would take `lease` under `config`: inside
+    the network, of its subnet length, not the network's first subnet
+    (flanneld's SubnetMin), and an IPv4-only lease with IPv6 off (a v4-only
+    lease under a dual-stack config is dropped and leased anew)."""
+    subnet = lease.subnet
+    if subnet is None or config.get("EnableIPv6"):
+        return False
+    try:
+        network = ipaddress.IPv4Network(str(config.get("Network")))
+    except ValueError:
+        return False
+    default_len = 24 if network.prefixlen <= 22 else network.prefixlen + 2
+    subnet_len = int(config.get("SubnetLen") or default_len)
+    return (subnet.prefixlen == subnet_len and subnet.subnet_of(network)
+            and subnet.network_address != network.network_address)
+
+
+def leases_to_carry(v2: V2Network, v3_subnets: set, config: dict[str, Any]) -> list:
+    """The v2 leases to copy into v3: those that fit `config` and whose
+    subnet no v3 lease holds yet."""
+    return [lease for lease in v2.leases
+            if fits(lease, config) and str(lease.subnet) not in v3_subnets]
+
+
+def carried_ttl(lease: V2Lease) -> int:
+    """The TTL a lease's v3 copy gets: what it has left in v2, at least a
+    second (a lease with none left is about to go anyway)."""
+    return max(1, min(lease.ttl if lease.ttl is not None else MAX_CARRIED_TTL,
+                      MAX_CARRIED_TTL))
+
+
+# What NetworkStore.leases() adds to a lease's JSON, from its key.
+_FROM_KEY = ("Subnet", "IPv6Subnet", "Key")
+
+
+def moved(v2: V2Network, v3_leases: list) -> bool:
+    """Whether no node runs flannel v0.11 any more: every v2 lease's subnet
+    has a v3 lease (`v3_leases`, as NetworkStore.leases() gives them) that
+    today's flanneld wrote, i.e. that is no longer the v0.11 lease the
+    charm copied (flanneld v0.27 writes PublicIPv6, the VNI, ...). A v2
+    network with no lease left has moved too."""
+    held = {lease.get("Subnet"): {k: v for k, v in lease.items() if k not in _FROM_KEY}
+            for lease in v3_leases}
+    for lease in v2.leases:
+        try:
+            old = json.loads(lease.value)
+        except ValueError:
+            old = None
+        now = held.get(str(lease.subnet))
+        if now is None or now == old:
+            return False
+    return True
+
+
+def carry_leases(store, config: dict[str, Any]) -> tuple:
+    """Copy into v3 the v2 leases that fit `config` and have no v3 lease
+    (store: a NetworkStore). Returns (the v2 network, the subnets carried,
+    "10.1.52.0/24"); an empty V2Network where etcd serves no v2 API or
+    flannel has nothing there."""
+    v2 = store.v2_network()
+    if not v2:
+        return v2, []
+    held = {lease.get("Subnet") for lease in store.leases()}
+    carried = [str(lease.subnet) for lease in leases_to_carry(v2, held, config)
+               if store.create_lease(lease.name, lease.value, carried_ttl(lease))]
+    return v2, carried
+
+
+def finish_move(store) -> Optional[bool]:
+    """At update-status on a unit that saw a v2 network: delete flannel's
+    v2 keys once every node has moved. True: deleted now; False: a node
+    still runs flannel v0.11; None: no v2 network is left (another unit
+    deleted it, or etcd serves v2 no more)."""
+    v2 = store.v2_network()
+    if not v2:
+        return None
+    if not moved(v2, store.leases()):
+        return False
+    store.forget_v2_network()
+    return True
