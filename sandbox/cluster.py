@@ -3,7 +3,9 @@
     with Cluster(charm_dir, resource, workers=2) as cluster:   # up() / down()
         # worker_generation="reactive" (the worker of LP #1866869, the default)
         # or "ops" (today's); control_plane=True adds a kubernetes-control-plane
-        # machine ("cp", ops) related to etcd and, with flannel, to flannel:cni.
+        # machine ("cp", ops) related to etcd and, with flannel, to flannel:cni;
+        # etcd_v2=True has etcd serve its v2 API too (flannel v0.11's);
+        # auto_retry=False: a failed hook waits for controller.resolve().
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
         cluster.wait_for_flannel()            # update-status until every unit is active
         pod = cluster.start_pod("m1")         # a real netns attached with cnitool
@@ -42,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -52,6 +55,7 @@ from sandbox.juju import (Controller, EtcdApp, KubernetesWorkerApp, OpsKubernete
 from sandbox.machine import Machine
 from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
                              list_netns, owner_alive, ping_loop, run, state_root)
+from sandbox.old_flannel import workers_flannel
 from sandbox.pki import make_pki
 from sandbox.cri import CriPod, cri_leftovers
 from sandbox.pod import Pod, PodFailed
@@ -67,8 +71,9 @@ CNI_RELATION = ("flannel:cni", "kubernetes-worker:cni")
 CONTROL_PLANE_CNI_RELATION = ("flannel:cni", "kubernetes-control-plane:cni")
 CONTROL_PLANE_ETCD_RELATION = ("kubernetes-control-plane:etcd", "etcd:db")
 ETCD_RELATION = ("flannel:etcd", "etcd:db")
-# What the reactive kubernetes-worker copies into /opt/cni/bin (Debian's
-# containernetworking-plugins); the ops principals extract every plugin there.
+# What the reactive kubernetes-worker extracts into /opt/cni/bin besides its
+# own flannel (Debian's containernetworking-plugins); the ops principals
+# extract every plugin there, and no flannel.
 WORKER_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 WORKER_GENERATIONS = ("reactive", "ops")
 NETWORK_PREFIX = "/coreos.com/network"
@@ -96,20 +101,47 @@ for value, meta in client.get_prefix(prefix):
 print(json.dumps(out))
 """
 
+# The same through etcd's v2 API (flannel v0.11's keyspace): {key: [value,
+# ttl or null]} of every key under the prefix, {} when there is none (or
+# etcd serves no v2 API).
+_ETCD_V2_READ = """
+import json, sys, requests
+endpoint, ca, cert, key, prefix = sys.argv[1:6]
+session = requests.Session()
+session.trust_env = False
+session.verify = ca
+session.cert = (cert, key)
+reply = session.get(endpoint + "/v2/keys" + prefix, params={"recursive": "true"}, timeout=5)
+out = {}
+def walk(node):
+    if node.get("dir"):
+        for child in node.get("nodes") or []:
+            walk(child)
+    else:
+        out[node["key"]] = [node.get("value"), node.get("ttl")]
+if reply.status_code != 404:
+    reply.raise_for_status()
+    walk(reply.json()["node"])
+print(json.dumps(out))
+"""
+
 
 SEED_ENV = "FLANNEL_SANDBOX_SEED"
 
 
-def lock_order_seed() -> Optional[int]:
-    """The seed of the machine lock's order (Controller(seed=)) from
-    $FLANNEL_SANDBOX_SEED: a number, "random" (a new one per cluster,
-    printed), or unset: queue order."""
+def lock_order_seed(label: str = "") -> Optional[int]:
+    """The seed of the hook order (Controller(seed=): the machine lock's,
+    and which of a unit's relation hooks goes next) from
+    $FLANNEL_SANDBOX_SEED: a number; a fixed set of them, "1,2,3", of which
+    each cluster plays the one its label picks (the same one every run);
+    "random" (a new one per cluster, printed); or unset: queue order."""
     value = os.environ.get(SEED_ENV, "").strip()
     if not value:
         return None
     if value == "random":
         return secrets.randbelow(1 << 31)
-    return int(value)
+    seeds = [int(seed) for seed in value.split(",") if seed.strip()]
+    return seeds[zlib.crc32(label.encode()) % len(seeds)]
 
 
 class ClusterError(RuntimeError):
@@ -147,8 +179,8 @@ class Timings:
 class Cluster:
     def __init__(self, charm_dir: Path, resource: Path, *, workers: int = 2,
                  worker_generation: str = "reactive", control_plane: bool = False,
-                 routed_workers: int = 0,
-                 say: Callable[[str], None] = lambda _: None,
+                 routed_workers: int = 0, etcd_v2: bool = False, auto_retry: bool = True,
+                 label: str = "", say: Callable[[str], None] = lambda _: None,
                  workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
             raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
@@ -160,6 +192,12 @@ class Cluster:
         self.with_control_plane = control_plane
         # the last `routed_workers` workers sit on a second subnet behind a router
         self.routed_workers = routed_workers
+        # etcd serves its v2 API too, as the etcd charm did for flannel v0.11
+        self.etcd_v2 = etcd_v2
+        # Juju's agents retry a failed hook by themselves (5 s, doubling);
+        # False: it waits for controller.resolve(), for tests that look at
+        # the error state
+        self.auto_retry = auto_retry
         self.say = say
         self.timings = Timings()
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="flannel-sandbox-")
@@ -174,7 +212,8 @@ class Cluster:
         self.pods: list[Pod] = []
         self._pod_serial = 0
         self.pristine: dict[str, NodeState] = {}
-        self.seed = lock_order_seed()
+        self.label = label
+        self.seed = lock_order_seed(label)
 
     # --- lifecycle ------------------------------------------------------------
     def __enter__(self) -> "Cluster":
@@ -222,7 +261,8 @@ class Cluster:
             etcd_ns = self.network.attach(ETCD, kind="service")
             pki = make_pki(self.workdir / "pki", server_ips=[etcd_ns.address])
             self.etcd = EtcdServer(self.workdir / "etcd", pki, host=etcd_ns.address,
-                                   netns=self.network.netns_for(ETCD)).start()
+                                   netns=self.network.netns_for(ETCD),
+                                   enable_v2=self.etcd_v2).start()
             names = [CONTROL_PLANE_MACHINE] if self.with_control_plane else []
             names += [f"m{n}" for n in range(1, self.worker_count + 1)]
             routed = set(names[len(names) - self.routed_workers:]) if self.routed_workers else ()
@@ -235,15 +275,17 @@ class Cluster:
         principals = f"{self.worker_generation} kubernetes-worker" + (
             " and kubernetes-control-plane" if self.with_control_plane else "")
         with self.timings.phase(f"deploy etcd, {principals}", self.say):
-            self.controller = Controller(self.workdir / "model", seed=self.seed)
+            self.controller = Controller(self.workdir / "model", seed=self.seed,
+                                         auto_retry=self.auto_retry)
             if self.seed is not None:
-                self.say(f"   machine-lock order: seed {self.seed} "
+                self.say(f"   hook order: seed {self.seed} "
                          f"({SEED_ENV}={self.seed} plays it again)")
             for name, machine in self.machines.items():
                 self.machine_ids[name] = self.controller.add_sandbox_machine(machine)
             self.controller.deploy(EtcdApp.from_server(self.etcd))
+            # the reactive worker's cni-plugins (v0.7.5) had a flannel of its own
             self.worker_app = (OpsKubernetesWorkerApp() if self.worker_generation == "ops"
-                               else KubernetesWorkerApp())
+                               else KubernetesWorkerApp(flannel=workers_flannel(self.resource)))
             self.controller.deploy(self.worker_app, to=[
                 self.machine_ids[m] for m in self.worker_machines()])
             if self.with_control_plane:
@@ -574,6 +616,15 @@ class Cluster:
                    "-c", _ETCD_READ, host.strip("[]"), port, str(pki.ca_cert),
                    str(pki.client_cert), str(pki.client_key), prefix], timeout=30).stdout
         return {key: (value, version) for key, (value, version) in json.loads(out).items()}
+
+    def etcd_v2_values(self, prefix: str = NETWORK_PREFIX) -> dict[str, tuple]:
+        """Every key under `prefix` in etcd's v2 keyspace (flannel v0.11's),
+        with its value and the seconds its TTL has left (None: no TTL)."""
+        pki = self.etcd.pki
+        out = run(["ip", "netns", "exec", self.network.netns_for(ETCD), sys.executable,
+                   "-c", _ETCD_V2_READ, self.etcd.endpoint, str(pki.ca_cert),
+                   str(pki.client_cert), str(pki.client_key), prefix], timeout=30).stdout
+        return {key: (value, ttl) for key, (value, ttl) in json.loads(out).items()}
 
     def network_config(self) -> Optional[dict]:
         """flannel's network config (<prefix>/config) as stored in etcd."""

@@ -12,6 +12,8 @@ sandbox: one member, or a cluster of several.
 
 With netns="NAME" it runs inside that network namespace (via
 `ip netns exec NAME`), and its health is checked from inside it too.
+With enable_v2=True it also serves etcd's v2 API (`--enable-v2`, off by
+default in 3.4), as the etcd charm of 2020 did for flannel v0.11.
 """
 
 from __future__ import annotations
@@ -70,10 +72,11 @@ def etcd_version(binary: str = ETCD) -> str:
 class EtcdServer:
     def __init__(self, workdir: str | os.PathLike[str], pki: Pki, host: str = "127.0.0.1",
                  port: int | None = None, netns: str | None = None, name: str = "sandbox",
-                 initial_cluster: str | None = None) -> None:
+                 initial_cluster: str | None = None, enable_v2: bool = False) -> None:
         """initial_cluster: "name=peer-url,..." of every member of a new
         cluster (EtcdCluster sets it); None, a cluster of this one member."""
         self.workdir = Path(workdir)
+        self.enable_v2 = enable_v2
         self.name = name
         self.initial_cluster = initial_cluster
         self.pki = pki
@@ -135,6 +138,8 @@ class EtcdServer:
             "--logger", "zap",
             "--log-outputs", "stderr",
         ]
+        if self.enable_v2:
+            command.append("--enable-v2=true")
         if self.netns:
             command = ["ip", "netns", "exec", self.netns, *command]
         return command

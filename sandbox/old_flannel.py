@@ -1,7 +1,7 @@
 """The charm this project replaces (charm-flannel), as units carry it today.
 
     charm = old_charm_dir(workdir / "old", "a69755c")   # or "f79f180"
-    tarball = old_resource(resource, workdir / "old-resource")
+    tarball = old_resource(resource, workdir / "old-resource", "a69755c")
     controller.deploy("flannel", charm, resources={"flannel-amd64": tarball})
     ... relate, settle ...
     controller.upgrade_charm("flannel", built_charm, resources=...)   # the refresh
@@ -17,17 +17,25 @@ templates/10-flannel.conflist, interface-etcd's save_client_credentials):
 - the resource unpacked into $CHARM_DIR/files/flannel; `install -D` of
   flanneld and etcdctl into /usr/local/bin (0755); at a69755c also
   cni-plugin/flannel copied to /opt/cni/bin/flannel. At f79f180 the plugin
-  there is the worker's (its cni-plugins v0.7 had flannel): see
-  give_worker_flannel().
+  there is the worker's (its cni-plugins v0.7 had flannel).
 - /etc/ssl/flannel (0755) with client-{ca,cert,key}.pem, all 0644, as
   interface-etcd's save_client_credentials writes them.
 - /lib/systemd/system/flannel.service and /etc/cni/net.d/10-flannel.conflist
   (network "CDK-flannel-network") rendered as charmhelpers renders: 0444.
-- flanneld started under that unit (no -ip-masq), its lease in etcd, flannel.1.
+  The unit runs flanneld with --ip-masq (both revisions, since 9a6f215), so
+  the node carries flanneld's NAT rules.
+- flanneld started under that unit, its lease in etcd, flannel.1.
 - the network config in etcd: {"Network": cidr, "Backend": {"Type": "vxlan"}}
-  (a69755c adds VNI and Port when set). The old charm used its etcdctl; the
-  stand-in's etcdctl is a placeholder, so the config goes through etcd's v3
-  JSON gateway with the same credentials.
+  (a69755c adds VNI and Port when set), written as the old charm's etcdctl
+  wrote it: at f79f180 with etcdctl v2.3.7's `set`, i.e. etcd's **v2** API
+  (PUT /v2/keys/...; etcd must serve v2), at a69755c with etcdctl v3's
+  `put` (here through etcd's v3 JSON gateway). The stand-in's etcdctl is a
+  placeholder; the requests are the ones those etcdctls make.
+- the resource's flanneld: at f79f180 the real flannel **v0.11.0**
+  (sandbox.flanneld_v011), which speaks etcd v2 only: the config and every
+  node's lease live in the v2 keyspace, invisible to the v3 API. At
+  a69755c (flannel v0.22, etcd v3) this project's flanneld v0.27.4 with
+  OLD_BUILD_MARK appended, so that a refresh replaces it.
 - its flags in $CHARM_DIR/.unit-state.db exactly where charms.reactive keeps
   them (charmhelpers unitdata: sqlite table kv, key "reactive.states.<flag>",
   JSON value), interface flags as RelationBase stored them, and the
@@ -98,6 +106,7 @@ import sqlite3
 import ssl
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 
 REVISION = "@REVISION@"
@@ -115,7 +124,7 @@ After=network.target network-online.target
 [Service]
 ExecStart=/usr/local/bin/flanneld -iface={iface} -etcd-endpoints={endpoints} \
 -etcd-certfile={cert_path}/client-cert.pem -etcd-keyfile={cert_path}/client-key.pem  \
--etcd-cafile={cert_path}/client-ca.pem
+-etcd-cafile={cert_path}/client-ca.pem --ip-masq
 TimeoutStartSec=0
 Restart=on-failure
 LimitNOFILE=655536
@@ -294,12 +303,20 @@ def put_network_config(connection, cfg):
             network["Backend"]["Port"] = cfg["port"]
     context = ssl.create_default_context(cafile=CA)
     context.load_cert_chain(CERT, KEY)
-    body = json.dumps({
-        "key": base64.b64encode(b"/coreos.com/network/config").decode(),
-        "value": base64.b64encode(json.dumps(network).encode()).decode()}).encode()
     endpoint = connection.split(",")[0].strip()
-    request = urllib.request.Request(endpoint + "/v3/kv/put", data=body,
-                                     headers={"Content-Type": "application/json"})
+    if REVISION == "f79f180":
+        # etcdctl v2.3.7: `etcdctl set /coreos.com/network/config '<json>'`
+        body = urllib.parse.urlencode({"value": json.dumps(network)}).encode()
+        request = urllib.request.Request(
+            endpoint + "/v2/keys/coreos.com/network/config", data=body, method="PUT",
+            headers={"Content-Type": "application/x-www-form-urlencoded"})
+    else:
+        # etcdctl v3.4 (ETCDCTL_API=3): `etcdctl put /coreos.com/network/config '<json>'`
+        body = json.dumps({
+            "key": base64.b64encode(b"/coreos.com/network/config").decode(),
+            "value": base64.b64encode(json.dumps(network).encode()).decode()}).encode()
+        request = urllib.request.Request(endpoint + "/v3/kv/put", data=body,
+                                         headers={"Content-Type": "application/json"})
     try:
         urllib.request.urlopen(request, context=context, timeout=10).read()
         return True
@@ -402,14 +419,25 @@ def _members(tarball: Path) -> dict[str, bytes]:
                 for m in archive if m.isfile()}
 
 
-def old_resource(resource: Path, dest: Path) -> Path:
-    """charm-flannel's resource: flanneld, etcdctl and cni-plugin/flannel,
-    built from the sandbox's resource with OLD_BUILD_MARK appended (an older
-    build than the one the refresh brings)."""
+def old_resource(resource: Path, dest: Path, revision: str,
+                 flanneld_v011: bytes | None = None) -> Path:
+    """charm-flannel's resource at `revision`: flanneld and etcdctl, and at
+    a69755c cni-plugin/flannel. At f79f180 flanneld is v0.11.0
+    (`flanneld_v011`, built by sandbox.resource if not given); at a69755c
+    the sandbox resource's flanneld and plugin with OLD_BUILD_MARK appended
+    (an older build than the one the refresh brings)."""
+    if revision not in REVISIONS:
+        raise ValueError(f"unknown charm-flannel revision {revision!r}: one of {REVISIONS}")
     members = _members(resource)
-    files = {"flanneld": members["flanneld"] + OLD_BUILD_MARK,
-             "etcdctl": ETCDCTL_PLACEHOLDER,
-             "cni-plugin/flannel": members["cni-plugin/flannel"] + OLD_BUILD_MARK}
+    if revision == "f79f180":
+        if flanneld_v011 is None:
+            from sandbox.resource import binary_path, host_arch
+            flanneld_v011 = binary_path("flanneld-v0.11.0", host_arch()).read_bytes()
+        files = {"flanneld": flanneld_v011, "etcdctl": ETCDCTL_PLACEHOLDER}
+    else:
+        files = {"flanneld": members["flanneld"] + OLD_BUILD_MARK,
+                 "etcdctl": ETCDCTL_PLACEHOLDER,
+                 "cni-plugin/flannel": members["cni-plugin/flannel"] + OLD_BUILD_MARK}
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()

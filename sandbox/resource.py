@@ -4,7 +4,9 @@ The flannel charm takes one resource per architecture, ``flannel-<arch>``: a
 gzip tar holding ``flanneld`` and ``cni-plugin/flannel`` (both 0755).  This
 module builds both binaries, plus libcni's own runtime ``cnitool`` (used by
 :mod:`sandbox.pod`), with ``go install MODULE@VERSION`` from the Go module
-proxy.  Nothing is vendored or downloaded by hand.
+proxy.  Nothing is vendored or downloaded by hand.  The flanneld of the bug
+report's cluster (v0.11.0, from before Go modules) is built from the proxy's
+module zips in GOPATH mode instead (:mod:`sandbox.flanneld_v011`).
 
 Everything Go produces is cached outside the repository, under
 ``$FLANNEL_CACHE/go`` (default ``/var/cache/flannel-charm/go``)::
@@ -39,7 +41,7 @@ API::
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
     crictl_path() -> Path                                # host-arch crictl, built if missing
     binary_path(name, arch="amd64") -> Path
-        # "flanneld" | "flannel" | "cnitool" | "crictl" | "actionlint"
+        # "flanneld" | "flannel" | "cnitool" | "crictl" | "actionlint" | "flanneld-v0.11.0"
     host_arch() -> str                                   # "amd64" | "arm64" | "s390x"
     elf_interpreter(path) -> str | None                  # PT_INTERP of an ELF file; None: static
     ARCHES                                               # ("amd64", "arm64", "s390x")
@@ -70,6 +72,8 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from sandbox import flanneld_v011
 
 # --- pinned versions ---------------------------------------------------------
 # flanneld: v0.27.4 is the newest flannel that builds from the module proxy.
@@ -121,10 +125,16 @@ class GoBinary:
     package: str       # the package path given to go install (without @version)
     version: str
     ldflags: str = "-s -w"
+    # Code from before Go modules (sandbox.flanneld_v011): built with
+    # GO111MODULE=off from these module@version zips laid out under GOPATH,
+    # after `prepare(main package dir)`; empty for a `go install` build.
+    gopath_sources: tuple = ()
+    prepare: object = None
 
     def cgo(self, arch: str) -> bool:
         # flanneld's udp backend (cproxy) is cgo: without cgo on amd64 the
-        # build fails; the other architectures compile the backend out.
+        # build fails; the other architectures compile the backend out (and
+        # so does the v0.11.0 build, on every architecture).
         return self.name == "flanneld" and arch == "amd64"
 
     def tags(self, arch: str) -> tuple[str, ...]:
@@ -155,10 +165,17 @@ BINARIES = {
         "actionlint", ACTIONLINT_PACKAGE, ACTIONLINT_VERSION,
         ldflags=f"-s -w -X github.com/rhysd/actionlint.version={ACTIONLINT_VERSION}",
     ),
+    # the bug report's flanneld (charm-flannel f79f180), for sandbox.old_flannel
+    "flanneld-v0.11.0": GoBinary(
+        "flanneld-v0.11.0", flanneld_v011.PACKAGE, flanneld_v011.VERSION,
+        ldflags=flanneld_v011.LDFLAGS, gopath_sources=flanneld_v011.SOURCES,
+        prepare=flanneld_v011.prepare,
+    ),
 }
 # go install names flanneld's binary after the module's last element.
 _GO_OUTPUT_NAME = {"flanneld": "flannel", "flannel": "flannel", "cnitool": "cnitool",
-                   "crictl": "crictl", "actionlint": "actionlint"}
+                   "crictl": "crictl", "actionlint": "actionlint",
+                   "flanneld-v0.11.0": "flanneld"}
 
 
 def host_arch() -> str:
@@ -175,7 +192,7 @@ def _stamp(binary: GoBinary, arch: str) -> str:
     return json.dumps({"package": binary.package, "version": binary.version,
                        "ldflags": binary.link_ldflags(arch), "cgo": binary.cgo(arch),
                        "tags": list(binary.tags(arch)), "link": LINK_MODE,
-                       "arch": arch}, sort_keys=True)
+                       "sources": list(binary.gopath_sources), "arch": arch}, sort_keys=True)
 
 
 _PT_INTERP = 3
@@ -287,17 +304,20 @@ def _go_install(binary: GoBinary, arch: str, progress) -> Path:
         "GO111MODULE": "on",
     })
     env.pop("GOBIN", None)
-    cmd = ["go", "install", "-trimpath", f"-ldflags={binary.link_ldflags(arch)}"]
-    if binary.tags(arch):
-        cmd.append(f"-tags={','.join(binary.tags(arch))}")
-    cmd.append(f"{binary.package}@{binary.version}")
     _log(progress, f"building {name} {binary.version} ({arch}, cgo={env['CGO_ENABLED']}, "
                    f"{LINK_MODE}) ...")
     start = time.monotonic()
     gopath.mkdir(parents=True, exist_ok=True)
     stamp_file.unlink(missing_ok=True)
-    proc = subprocess.run(cmd, env=env, cwd=str(gopath), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    if binary.gopath_sources:
+        proc = _gopath_build(binary, arch, env, built)
+    else:
+        cmd = ["go", "install", "-trimpath", f"-ldflags={binary.link_ldflags(arch)}"]
+        if binary.tags(arch):
+            cmd.append(f"-tags={','.join(binary.tags(arch))}")
+        cmd.append(f"{binary.package}@{binary.version}")
+        proc = subprocess.run(cmd, env=env, cwd=str(gopath), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0 or not built.is_file():
         raise BuildFailed(
             f"go install {binary.package}@{binary.version} for {arch} failed "
@@ -309,6 +329,43 @@ def _go_install(binary: GoBinary, arch: str, progress) -> Path:
     stamp_file.write_text(stamp)
     _log(progress, f"built    {name} in {time.monotonic() - start:.1f}s: {built}")
     return built
+
+
+def _gopath_build(binary: GoBinary, arch: str, env: dict,
+                  built: Path) -> subprocess.CompletedProcess:
+    """A GOPATH-mode build of code from before Go modules: each module zip
+    of binary.gopath_sources (downloaded through the proxy into the shared
+    module cache) copied to $GOPATH/src/<module>, binary.prepare() run on
+    the main package's copy, then `go build` with GO111MODULE=off."""
+    gopath = Path(env["GOPATH"])
+    src = gopath / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    log = []
+    for source in binary.gopath_sources:
+        download = subprocess.run(["go", "mod", "download", "-json", source],
+                                  env={**env, "GO111MODULE": "on"}, cwd=str(gopath),
+                                  capture_output=True, text=True)
+        info = json.loads(download.stdout or "{}") if download.stdout.strip() else {}
+        if download.returncode != 0 or not info.get("Dir"):
+            return subprocess.CompletedProcess(
+                download.args, download.returncode or 1,
+                f"go mod download {source}: {info.get('Error') or download.stderr}")
+        dest = src / source.split("@")[0]
+        shutil.copytree(info["Dir"], dest)
+        for path in [dest, *dest.rglob("*")]:   # the module cache's copies are read-only
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | 0o200)
+        log.append(f"{source} -> {dest}")
+    if binary.prepare is not None:
+        binary.prepare(src / binary.package)
+    cmd = ["go", "build", "-trimpath", f"-ldflags={binary.link_ldflags(arch)}",
+           "-o", str(built), "."]
+    built.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(cmd, env={**env, "GO111MODULE": "off", "GOFLAGS": ""},
+                          cwd=str(src / binary.package), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    proc.stdout = "\n".join(log) + "\n" + proc.stdout
+    return proc
 
 
 def cnitool_path(progress=None) -> Path:
@@ -378,7 +435,8 @@ def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None
     return target
 
 
-HOST_TOOLS = ("flanneld", "crictl", "actionlint", "flannel", "cnitool")  # longest first
+HOST_TOOLS = ("flanneld", "crictl", "flanneld-v0.11.0", "actionlint", "flannel",
+              "cnitool")  # longest first
 
 
 def build_host_tools(progress, start: float) -> int:

@@ -366,8 +366,10 @@ class FaultBench:
 def open_bench(charm_dir: Path, resource: Path, say: Callable[[str], None], *, workers: int = 2,
                label: str = "", network_config: Optional[dict] = None
                ) -> tuple[Cluster, FaultBench]:
-    """A started cluster (not yet entered as a context) and its bench."""
-    cluster = Cluster(charm_dir, resource, workers=workers,
+    """A started cluster (not yet entered as a context) and its bench. A
+    failed hook waits for the bench (recover(): `juju resolve`), so that
+    what a fault did is seen before anything retries it."""
+    cluster = Cluster(charm_dir, resource, workers=workers, auto_retry=False, label=label,
                       say=(lambda t: say(f"[{label}] {t}")) if label else say)
     return cluster, FaultBench(cluster, say=cluster.say, network_config=network_config)
 

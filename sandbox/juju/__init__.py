@@ -19,8 +19,7 @@ See controller.py for the hook order, hooktools.py for the hook tools.
 """
 
 from .agent import HookRun
-from .apps import (EmulatedApp, EtcdApp, HookContext, KubernetesControlPlaneApp,
-                   KubernetesWorkerApp, NrpeApp)
+from .apps import EmulatedApp, EtcdApp, HookContext, KubernetesWorkerApp, NrpeApp
 from .controller import Controller, SettleError
 from .executors import Executor, LocalExecutor, MachineExecutor, UnshareExecutor
 from .model import Model, ModelError, StateFile
@@ -28,7 +27,7 @@ from .principals import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp
 
 __all__ = [
     "Controller", "SettleError", "HookRun",
-    "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp", "KubernetesControlPlaneApp",
+    "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp",
     "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp", "NrpeApp",
     "Executor", "LocalExecutor", "MachineExecutor", "UnshareExecutor",
     "Model", "ModelError", "StateFile",

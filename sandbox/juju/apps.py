@@ -25,11 +25,11 @@ self.events as (unit, hook, remote_unit).  A test passes its own subclass:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 
 from . import model as _model
+from .cni_plugins import DEBIAN_PLUGINS, build_cni_plugins_resource
 from .model import Model, ModelError
 
 
@@ -348,34 +348,62 @@ class NrpeApp(EmulatedApp):
 
 
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+CNI_BIN = "/opt/cni/bin"
+CNI_NET_D = "/etc/cni/net.d"
+# The link the 2020 worker made to its default CNI's conf file (236fd67).
+DEFAULT_CONF_STEM = "05-default"
+KUBECONFIG_PATH = "/root/cdk/kubeconfig"
 
 
 class KubernetesWorkerApp(EmulatedApp):
-    """kubernetes-worker as far as the CNI is concerned.
+    """kubernetes-worker as the reactive charm of 2020 (charm-kubernetes-worker
+    around a23db7e, the worker of LP #1866869), as far as the CNI is
+    concerned (REFERENCE §10):
 
-    At its own install only (once per unit, never again, like the worker in
-    LP #1866869) it copies Debian's CNI plugins (/usr/lib/cni/{bridge,
-    host-local,loopback,portmap}) into its machine's /opt/cni/bin.  On its
-    `cni` endpoint (interface kubernetes-cni, container scope) it publishes
-    kubeconfig-hash (plus `extra_data`), and reads the subordinate's `cidr`
-    and `cni-conf-file`: cni_configured(unit) is true once both are there."""
+    - Its `cni-plugins` resource (containernetworking plugins v0.7.5:
+      bridge, host-local, loopback, portmap, ... and **flannel**; here
+      Debian's plugins and `flannel`, the bytes given) is extracted into
+      /opt/cni/bin with `tar xfz` as root, so the archive's owners are kept,
+      by the first hook that finds the container runtime ready
+      (`container_runtime_ready`; a test clears it to have flannel install
+      first, then sets it and fires a hook), and never again until the
+      worker's own upgrade-charm clears its flag
+      (kubernetes-worker.cni-plugins.installed).
+    - On `cni` (interface kubernetes-cni, container scope) it publishes
+      `is_master=False` and `kubeconfig_path` (plus `extra_data`), and reads
+      the subordinate's `cidr` and `cni-conf-file`: cni_configured(unit) is
+      true once both are there.
+    - start_worker's configure_default_cni: once the CNI published its
+      cni-conf-file, every /etc/cni/net.d/05-default.* goes and
+      05-default.<ext> becomes a relative symlink to it. Nothing removes the
+      link when the CNI goes: it dangles."""
 
     charm_name = "kubernetes-worker"
     endpoints = {"cni": {"interface": "kubernetes-cni", "role": "provides", "scope": "container"}}
-    kubeconfig_text = ("apiVersion: v1\nkind: Config\nclusters:\n- name: juju-cluster\n"
-                       "  cluster: {server: 'https://10.152.183.1:443'}\n")
 
-    def __init__(self, name: str = "kubernetes-worker", *, plugin_dir: str = "/usr/lib/cni",
-                 plugins=CNI_PLUGINS, extra_data: dict | None = None):
+    def __init__(self, name: str = "kubernetes-worker", *, plugin_dir: str = DEBIAN_PLUGINS,
+                 plugins=CNI_PLUGINS, flannel: bytes | None = None,
+                 extra_data: dict | None = None):
         super().__init__(name)
         self.plugin_dir = plugin_dir
-        self.plugins = tuple(plugins)
+        self.plugins = tuple(plugins) + (("flannel",) if flannel is not None else ())
+        self.flannel = flannel
         self.extra_data = dict(extra_data or {})
-        self.installed_plugins: dict[str, list[str]] = {}
+        self.resource: str | None = None
+        self.container_runtime_ready = True
+        self.installed_plugins: dict[str, list[str]] = {}   # unit -> extracted (the flag)
+        self.extractions: list[tuple[str, str]] = []        # (unit, hook) that extracted
         self.cni_data: dict[str, dict] = {}   # unit -> subordinate's latest cni data
 
+    def attach(self, controller) -> None:
+        super().attach(controller)
+        self.resource = build_cni_plugins_resource(
+            self.plugin_dir, [p for p in self.plugins if p != "flannel"],
+            os.path.join(controller.state_dir, "resources", self.name, "cni-plugins.tgz"),
+            extra={"flannel": self.flannel} if self.flannel is not None else None)
+
     def published(self) -> dict:
-        d = {"kubeconfig-hash": hashlib.sha256(self.kubeconfig_text.encode()).hexdigest()}
+        d = {"is_master": "False", "kubeconfig_path": KUBECONFIG_PATH}
         d.update(self.extra_data)
         return d
 
@@ -385,16 +413,23 @@ class KubernetesWorkerApp(EmulatedApp):
             self.cni_data.get(u, {}).get("cidr") and self.cni_data.get(u, {}).get("cni-conf-file")
             for u in units)
 
-    def on_install(self, ctx):
-        ctx.status_set("maintenance", "Installing CNI plugins.")
-        if ctx.unit in self.installed_plugins:
-            return  # "once, never again"
-        srcs = [os.path.join(self.plugin_dir, p) for p in self.plugins]
-        dest = ctx.executor.machine_path("/opt/cni/bin")
-        ctx.run(["/bin/sh", "-c", 'set -e; d=$1; shift; mkdir -p "$d"; for f in "$@"; do '
-                 'cp -f "$f" "$d/"; chmod 0755 "$d/${f##*/}"; done',
-                 "sh", dest, *srcs])
+    def dispatch(self, ctx: HookContext) -> None:
+        if ctx.hook == "upgrade-charm":
+            self.installed_plugins.pop(ctx.unit, None)
+        super().dispatch(ctx)
+        # reactive: the handler runs in whichever hook first finds its flags
+        if self.container_runtime_ready and ctx.unit not in self.installed_plugins:
+            self.install_cni_plugins(ctx)
+
+    def install_cni_plugins(self, ctx: HookContext) -> None:
+        dest = ctx.executor.machine_path(CNI_BIN)
+        ctx.run(["/bin/sh", "-c", 'mkdir -p "$1" && exec tar -xzf "$2" -C "$1"',
+                 "sh", dest, self.resource])
         self.installed_plugins[ctx.unit] = list(self.plugins)
+        self.extractions.append((ctx.unit, ctx.hook))
+
+    def on_install(self, ctx):
+        ctx.status_set("maintenance", "Installing kubernetes-worker.")
 
     def on_start(self, ctx):
         self._assess(ctx)
@@ -420,25 +455,13 @@ class KubernetesWorkerApp(EmulatedApp):
 
     def _assess(self, ctx):
         if self.cni_configured(ctx.unit):
+            self.configure_default_cni(ctx, self.cni_data[ctx.unit]["cni-conf-file"])
             ctx.status_set("active", "Kubernetes worker running.")
         else:
             ctx.status_set("waiting", "Waiting for cni to be configured.")
 
-
-class KubernetesControlPlaneApp(KubernetesWorkerApp):
-    """kubernetes-control-plane: same cni behaviour, also publishes
-    service-cidr."""
-
-    charm_name = "kubernetes-control-plane"
-
-    def __init__(self, name: str = "kubernetes-control-plane", *, service_cidr="10.152.183.0/24",
-                 **kw):
-        extra = dict(kw.pop("extra_data", {}) or {})
-        extra.setdefault("service-cidr", service_cidr)
-        super().__init__(name, extra_data=extra, **kw)
-
-    def _assess(self, ctx):
-        if self.cni_configured(ctx.unit):
-            ctx.status_set("active", "Kubernetes control-plane running.")
-        else:
-            ctx.status_set("waiting", "Waiting for cni to be configured.")
+    def configure_default_cni(self, ctx: HookContext, conf_file: str) -> None:
+        script = ('set -e; d=$1; rm -f "$d"/05-default.*; '
+                  'ln -s "$2" "$d/05-default.${2##*.}"')
+        ctx.run(["/bin/sh", "-c", script, "sh", ctx.executor.machine_path(CNI_NET_D),
+                 conf_file])

@@ -58,6 +58,8 @@ from .status import format_status as _format_status, model_status
 JUJU_VERSION = "3.6.4"
 PARALLEL_ENV = "SANDBOX_JUJU_PARALLEL"
 DEFAULT_PARALLEL = 16
+# Juju's uniter retries a failed hook after 5 s, doubling up to 5 min
+RETRY_DELAYS = (5, 10, 20, 40, 80, 160, 300)
 RELATION_HOOKS = ("created", "joined", "changed", "departed", "broken")
 
 
@@ -70,7 +72,8 @@ class Controller(ModelOperations, HookScheduler):
 
     def __init__(self, state_dir, model_name="sandbox", *,
                  juju_version=JUJU_VERSION, hook_timeout=DEFAULT_TIMEOUT,
-                 extra_env=None, arch="amd64", parallel=None, seed=None):
+                 extra_env=None, arch="amd64", parallel=None, seed=None,
+                 auto_retry=False, retry_delays=RETRY_DELAYS):
         self.state_dir = os.path.abspath(os.fspath(state_dir))
         os.makedirs(self.state_dir, exist_ok=True)
         self.logs_dir = os.path.join(self.state_dir, "logs")
@@ -101,6 +104,14 @@ class Controller(ModelOperations, HookScheduler):
         # wins); a seed, a seeded choice among the units waiting for it
         self.seed = seed
         self._lock_order = random.Random(seed) if seed is not None else None
+        # which of a unit's pending relation hooks goes next: Juju takes them
+        # from a Go map; None, queue order
+        self._relation_order = random.Random(f"{seed}-relations") if seed is not None else None
+        # a failed hook: retried by the agent itself after a back-off
+        # (auto_retry, Juju's own behaviour), or held until resolve()
+        self.auto_retry = auto_retry
+        self.retry_delays = tuple(retry_delays)
+        self._retries: dict[str, tuple[float, int]] = {}   # unit -> (due, failures in a row)
         self._seq = itertools.count(1)
         self._manifests: dict[str, list[str]] = {}
         self._machines_with_tools: set[str] = set()

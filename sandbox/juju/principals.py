@@ -36,12 +36,10 @@ machines is the host's own.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import tarfile
-import time
 
 from .apps import EmulatedApp, HookContext
+from .cni_plugins import DEBIAN_PLUGINS, build_cni_plugins_resource, plugin_set
 
 CNI_BIN = "/opt/cni/bin"
 CNI_NET_D = "/etc/cni/net.d"
@@ -50,7 +48,6 @@ DEFAULT_CONF_STEM = "01-default"
 KUBECONFIG = "/etc/kubernetes/kubeconfig"
 # The control plane's kube-controller-manager arguments that come from the CNI.
 CLUSTER_ARGS = "/etc/kubernetes/kube-controller-manager.args"
-DEBIAN_PLUGINS = "/usr/lib/cni"
 IMAGE_REGISTRY = "rocks.canonical.com:443/cdk"
 SERVICE_CIDR = "10.152.183.0/24"
 
@@ -63,37 +60,6 @@ class NotReady(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def plugin_set(plugin_dir: str = DEBIAN_PLUGINS) -> tuple[str, ...]:
-    """The plugins a cni-plugins resource built from `plugin_dir` holds:
-    every executable file there but flannel (it left containernetworking in
-    v1.0.0)."""
-    names = []
-    for name in sorted(os.listdir(plugin_dir)):
-        path = os.path.join(plugin_dir, name)
-        if name != "flannel" and os.path.isfile(path) and os.access(path, os.X_OK):
-            names.append(name)
-    return tuple(names)
-
-
-def build_cni_plugins_resource(plugin_dir: str, plugins, dest: str) -> str:
-    """A cni-plugins tarball (members ./NAME, mode 0755, owned by 1001 as
-    upstream's release tarballs are, so --no-same-owner matters) at `dest`."""
-    buf = io.BytesIO()
-    # compresslevel 1: seconds faster per deployment than 9, for no purpose here
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-        for name in plugins:
-            with open(os.path.join(plugin_dir, name), "rb") as f:
-                data = f.read()
-            info = tarfile.TarInfo("./" + name)
-            info.size, info.mode, info.uid, info.gid = len(data), 0o755, 1001, 127
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    with open(dest, "wb") as f:
-        f.write(buf.getvalue())
-    return dest
 
 
 class OpsPrincipal(EmulatedApp):

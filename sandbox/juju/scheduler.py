@@ -116,18 +116,71 @@ class HookScheduler:
             if rec is None:
                 self._drop(e)  # the unit is gone
                 continue
-            if rec["agent"]["status"] == "error" or u in busy_units:
+            if rec["agent"]["status"] == "error" and not self._retry_due(u):
+                continue
+            if u in busy_units:
                 continue
             if e["op"] == "hook" and self._lane(data, u) in busy_lanes:
                 continue
-            return e
+            if rec["agent"]["status"] == "error":
+                self._retry(u)
+                return e   # the failed hook itself, again
+            return self._relation_hook_pick(e)
         return None
+
+    def _relation_hook_pick(self, first: dict) -> dict:
+        """Which of a unit's pending relation hooks runs next: Juju's uniter
+        takes them from a Go map, in no fixed order. With a seed, a seeded
+        pick among the first pending hook of each relation in the run of
+        relation hooks at the head of the unit's queue (one relation's
+        hooks keep their order: joined before changed, departed before
+        broken); without one, queue order."""
+        if self._relation_order is None or "-relation-" not in (first.get("hook") or ""):
+            return first
+        heads, started = {}, False
+        for e in self.queue:
+            if e["unit"] != first["unit"]:
+                continue
+            started = started or e is first
+            if not started:
+                continue
+            if e.get("op") != "hook" or "-relation-" not in (e.get("hook") or ""):
+                break
+            heads.setdefault(e.get("relation"), e)
+        choices = list(heads.values())
+        return self._relation_order.choice(choices) if len(choices) > 1 else first
+
+    # -- automatic retry of failed hooks (Controller(auto_retry=True)) -----------------
+    def _hook_failed(self, unit: str) -> None:
+        _, failures = self._retries.get(unit, (0.0, 0))
+        delay = self.retry_delays[min(failures, len(self.retry_delays) - 1)]
+        self._retries[unit] = (time.monotonic() + delay, failures + 1)
+
+    def _retry_due(self, unit: str) -> bool:
+        if not self.auto_retry or unit not in self._retries:
+            return False
+        return time.monotonic() >= self._retries[unit][0]
+
+    def _retry(self, unit: str) -> None:
+        """The agent re-runs the failed hook by itself (what `juju resolve`
+        does by hand); the back-off keeps growing until a hook succeeds."""
+        with self.state.transaction() as data:
+            Model(data).unit(unit)["agent"] = {"status": "idle", "message": "",
+                                               "failed-hook": None, "since": _now()}
+
+    def retry_pending(self) -> dict[str, float]:
+        """Units in error whose failed hook the agent will retry: unit ->
+        seconds until it does (0: at the next settle())."""
+        now = time.monotonic()
+        return {u: max(0.0, due - now) for u, (due, _) in self._retries.items()
+                if self.auto_retry and self.model().has_unit(u)
+                and self.unit(u)["agent"]["status"] == "error"}
 
     def pending(self) -> list[dict]:
         return [dict(e) for e in self.queue]
 
     def settle(self, max_hooks: int = 2000, timeout: float | None = None,
-               stop_before=None) -> list[HookRun]:
+               stop_before=None, hold=None) -> list[HookRun]:
         """Run queued work until nothing runnable is left (units in error
         keep their queue), or, with stop_before(entry) true for the next
         runnable entry, until the hooks running finish: the model as it is
@@ -136,8 +189,10 @@ class HookScheduler:
         `self.parallel`), as Juju's unit agents do; one
         machine runs one hook at a time.  The queue and the model's
         bookkeeping are only touched here, in the calling thread; worker
-        threads only run hook processes (or emulated hooks).  Returns the
-        hooks run by this call."""
+        threads only run hook processes (or emulated hooks).  With
+        hold(unit) true, that unit's agent runs nothing in this call (it is
+        slow to get the machine lock, say) while the others go on.  Returns
+        the hooks run by this call."""
         start = len(self.hook_log)
         deadline = time.monotonic() + timeout if timeout else None
         steps = 0
@@ -148,6 +203,8 @@ class HookScheduler:
             try:
                 while True:
                     busy_units = {e["unit"] for e, _ in running.values()}
+                    if hold is not None:
+                        busy_units |= {e["unit"] for e in self.queue if hold(e["unit"])}
                     busy_lanes = {job["lane"] for _, job in running.values()}
                     entry = None
                     if len(running) < max(1, self.parallel) and not stopped:
@@ -214,13 +271,16 @@ class HookScheduler:
                 m = Model(data)
                 rec = m.unit(unit)
                 rec["phase"] = "setting-up"
+            # A unit enters its relations' scopes right after its install
+            # (Juju's uniter): a principal's subordinates are created then,
+            # not after its start, and may install before it starts.
             self._replace(entry, [
                 {"unit": unit, "op": "hook", "hook": "install"},
                 {"unit": unit, "op": "setup-relations"},
+                {"unit": unit, "op": "enter-scopes"},
                 {"unit": unit, "op": "leader"},
                 {"unit": unit, "op": "hook", "hook": "config-changed"},
                 {"unit": unit, "op": "hook", "hook": "start"},
-                {"unit": unit, "op": "enter-scopes"},
             ])
         elif op == "setup-relations":
             m = self.model()
@@ -386,9 +446,11 @@ class HookScheduler:
                 self._after_hook(m, entry, ok=True)
                 rec["agent"] = {"status": "idle", "message": "", "failed-hook": None,
                                 "since": _now()}
+                self._retries.pop(unit, None)
             else:
                 rec["agent"] = {"status": "error", "message": f'hook failed: "{hook}"',
                                 "failed-hook": hook, "since": _now()}
+                self._hook_failed(unit)
             app = m.app(rec["app"])
             # Only the leader writes leader settings: a change seen when another
             # unit's hook ends (hooks run concurrently) is not that unit's.

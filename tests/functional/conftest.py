@@ -34,6 +34,8 @@ TEST_SECONDS: dict[str, float] = {}
 # report (user_properties); one process alone sends them to itself.
 SEEN_PHASES: dict[str, tuple[str, list]] = {}   # cluster key -> (label, [(phase, s)])
 SEEN_OUTCOMES: dict[str, dict] = {}             # fault row -> Outcome as a dict
+# cluster label -> the hook-order seed it plays (sandbox.cluster.lock_order_seed)
+OPEN_SEEDS: dict[str, object] = {}
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
@@ -46,12 +48,17 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
+    report = outcome.get_result()
+    if report.failed and OPEN_SEEDS:
+        # a failure names the hook order that reproduces it
+        report.sections.append(("sandbox hook-order seeds", "\n".join(
+            f"{label}: FLANNEL_SANDBOX_SEED={seed} scripts/test {item.nodeid}"
+            for label, seed in OPEN_SEEDS.items())))
     if call.when != "teardown":
         return
     from dataclasses import asdict
 
     from functional_kit import FAULT_OUTCOMES
-    report = outcome.get_result()
     report.user_properties.append(("cluster-phases", [
         (f"{WORKER}:{n}", label, [(p.name, p.seconds) for p in timings.phases])
         for n, (label, timings) in enumerate(CLUSTER_TIMINGS)]))
@@ -167,16 +174,20 @@ def open_cluster(built_charm, resource):
 
     @contextlib.contextmanager
     def opener(label: str, workers: int, **options):
-        cluster = Cluster(built_charm, resource, workers=workers,
+        cluster = Cluster(built_charm, resource, workers=workers, label=label,
                           say=lambda text: say(f"[{label}] {text}"), **options)
+        OPEN_SEEDS[label] = cluster.seed
         CLUSTER_TIMINGS.append((label, cluster.timings))
-        with cluster:
-            try:
-                yield cluster
-            finally:   # a failing test's hooks too: their stderr says why
-                failed = cluster.failed_hooks() if cluster.controller else []
-                if failed:
-                    say(f"[{label}] hooks that failed during the run:\n  "
-                        + "\n  ".join(failed))
+        try:
+            with cluster:
+                try:
+                    yield cluster
+                finally:   # a failing test's hooks too: their stderr says why
+                    failed = cluster.failed_hooks() if cluster.controller else []
+                    if failed:
+                        say(f"[{label}] hooks that failed during the run:\n  "
+                            + "\n  ".join(failed))
+        finally:
+            OPEN_SEEDS.pop(label, None)
 
     return opener

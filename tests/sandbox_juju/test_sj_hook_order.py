@@ -3,9 +3,11 @@ principal, config, upgrade and resource operations."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from sandbox.juju import EmulatedApp, ModelError
+from sandbox.juju import EmulatedApp, EtcdApp, ModelError
 
 SUB_SETUP = ["install", "etcd-relation-created", "cni-relation-created", "leader-elected",
              "config-changed", "start", "etcd-relation-joined", "etcd-relation-changed",
@@ -361,3 +363,98 @@ def test_the_machine_lock_goes_in_a_seeded_order(tmp_path):
         for unit in ("principal/0", "principal/1"):
             own = [entry.split(":")[1] for entry in order if entry.startswith(unit)]
             assert own[0] == "install" and own[-1] == "start", order
+
+
+def test_a_subordinate_is_created_once_its_principal_installed_not_started(cluster):
+    """Juju's uniter enters a unit's relation scopes right after its
+    install: a new principal unit's subordinate exists before the
+    principal's start (on the old main it came only after that start)."""
+    ctl = cluster.ctl
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    m1 = cluster.add_machine()
+    worker = ctl.add_unit("kubernetes-worker", to=m1)
+    ctl.settle(stop_before=lambda e: e["unit"] == worker and e.get("hook") == "start")
+    assert "install" in ctl.hooks(worker) and "start" not in ctl.hooks(worker)
+    assert len(ctl.units("flannel")) == 2, ctl.units("flannel")
+    ctl.settle()
+    new = [u for u in ctl.units("flannel") if u != "flannel/0"]
+    assert ctl.hooks(new[0])[:3] == ["install", "etcd-relation-created", "cni-relation-created"]
+
+
+def _subordinate_relation_order(tmp_path, seed) -> list[str]:
+    """The relation hooks a new subordinate runs, related to etcd and the worker."""
+    from jujukit import World
+    from sandbox.juju import Controller
+    tmp_path.mkdir(parents=True)
+    world = World(tmp_path)
+    world.ctl.close()
+    world.ctl = Controller(tmp_path / "state", parallel=1, seed=seed)
+    try:
+        m0 = world.add_machine()
+        world.ctl.deploy(EtcdApp("https://10.99.0.2:2379", version="3.4.22", client_ca="CA",
+                                 client_cert="CERT", client_key="KEY", address="10.99.0.2"))
+        world.ctl.deploy("principal", world.charm("principal", principal=True), to=[m0])
+        world.ctl.deploy("flannel", world.charm())
+        world.ctl.add_relation("flannel:etcd", "etcd:db")
+        world.ctl.settle()
+        world.ctl.add_relation("flannel:cni", "principal:cni")
+        world.ctl.settle()
+        return [h for h in world.ctl.hooks("flannel/0") if "-relation-" in h]
+    finally:
+        world.ctl.close()
+
+
+def test_a_units_relation_hooks_go_in_a_seeded_order(tmp_path):
+    """Juju takes a unit's pending relation hooks from a Go map: with a
+    seed, which relation's goes next is a seeded pick; one relation's
+    hooks keep their order, and the same seed plays the same order."""
+    unseeded = _subordinate_relation_order(tmp_path / "none", None)
+    orders = {seed: _subordinate_relation_order(tmp_path / f"s{seed}", seed)
+              for seed in range(6)}
+    assert _subordinate_relation_order(tmp_path / "again", 3) == orders[3]
+    assert any(order != unseeded for order in orders.values()), (unseeded, orders)
+    for order in [unseeded, *orders.values()]:
+        assert sorted(order) == sorted(unseeded)
+        for endpoint in ("etcd", "cni"):
+            own = [h.rsplit("-relation-", 1)[1] for h in order if h.startswith(endpoint + "-")]
+            assert own == ["created", "joined", "changed"], order
+
+
+def test_a_failed_hook_is_retried_by_the_agent_after_a_back_off(cluster, tmp_path):
+    """Juju's agent retries a failed hook by itself, 5 s then doubling (here
+    scaled down): the unit leaves its error state with no resolve."""
+    from sandbox.juju import Controller
+    ctl = cluster.ctl
+    ctl.auto_retry, ctl.retry_delays = True, (0.3, 0.6)
+    tries = cluster.out / "tries"
+    cluster.script("config-changed", f"""
+        echo x >> {tries}
+        [ $(wc -l < {tries}) -ge 3 ]
+    """)
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    assert ctl.unit("flannel/0")["agent"]["status"] == "error"
+    assert 0 < ctl.retry_pending()["flannel/0"] <= 0.3
+    time.sleep(0.35)
+    ctl.settle()   # the first retry fails too: the next waits twice as long
+    assert ctl.hooks("flannel/0").count("config-changed") == 2
+    assert 0.3 < ctl.retry_pending()["flannel/0"] <= 0.6
+    time.sleep(0.65)
+    ctl.settle()
+    hooks = ctl.hooks("flannel/0")
+    assert hooks.count("config-changed") == 3 and hooks[-1] == "cni-relation-changed"
+    assert ctl.unit("flannel/0")["agent"]["status"] == "idle"
+    assert ctl.retry_pending() == {}
+    assert Controller.__init__.__kwdefaults__["retry_delays"] == (5, 10, 20, 40, 80, 160, 300)
+
+
+def test_without_auto_retry_a_failed_hook_waits_for_resolve(cluster):
+    ctl = cluster.ctl
+    ctl.retry_delays = (0.1,)
+    cluster.script("config-changed", "exit 1\n")
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    time.sleep(0.2)
+    assert ctl.settle() == [] and ctl.retry_pending() == {}
+    assert ctl.unit("flannel/0")["agent"]["status"] == "error"
