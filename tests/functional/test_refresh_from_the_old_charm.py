@@ -174,6 +174,7 @@ def refresh(request, open_cluster, built_charm, resource, tmp_path_factory):
                 "commands": {m: flanneld_command(cluster, m) for m in MACHINES},
                 "m1 -> m2": a.ping(b.address), "m2 -> m1": b.ping(a.address),
                 "v2 keys": cluster.etcd_v2_values(PREFIX) if revision == "f79f180" else {},
+                "v3 leases": v3_leases(cluster),
                 "m1 routes": {r.get("dst") for r in cluster.machines["m1"].ip_json(
                     "-4", "route", "show")}}
             new_m1, error = cluster.try_pod("m1")
@@ -211,12 +212,15 @@ def test_the_stand_in_leaves_the_old_charms_end_state(refresh):
 def test_a_node_refreshed_first_keeps_reaching_the_nodes_not_yet_refreshed(refresh):
     """Halfway through the refresh, m1 runs today's flanneld (etcd v3) and m2
     still the old one: pods reach each other both ways, and a new pod on m1
-    reaches m2's. For f79f180 this rests on the charm carrying flannel
-    v0.11's leases into v3 (v2_network.carry_leases); on the old main m1
-    had no route to m2's subnet and this failed with
-    `assert False` for "m1 -> m2"."""
+    reaches m2's. The routes alone would pass on the old main too (flanneld
+    v0.27 keeps the ones v0.11 made through the flannel.1 it reuses); what
+    the old main lacked for f79f180 is m2's lease in v3, where today's
+    flanneld (m1's, and any node added now) looks for it: it failed with
+    m2's lease missing from "v3 leases" (the charm now carries flannel
+    v0.11's leases into v3, v2_network.carry_leases)."""
     half = refresh.halfway
     refresh.say(f"   halfway: {half}")
+    assert half["v3 leases"] == refresh.leases_before, "etcd v3 lacks a node's lease"
     assert "-ip-masq" in half["commands"]["m1"] and half["commands"]["m1"] != \
         refresh.old_commands["m1"], "m1 still runs the old flanneld"
     assert half["commands"]["m2"] == refresh.old_commands["m2"], "m2 was refreshed too soon"
@@ -227,9 +231,10 @@ def test_a_node_refreshed_first_keeps_reaching_the_nodes_not_yet_refreshed(refre
 
 
 def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
-    """Every node keeps its subnet, m2 without its subnet.env too; running
-    pods keep their addresses and routes; new pods use the running pods'
-    allocation table. On the old main this failed with a changed lease for
+    """Every node keeps its subnet, m2 without its subnet.env too; a pod on
+    m1 pinging one on m2 every 0.2 s through the whole refresh loses no
+    echo; running pods keep their addresses and routes; new pods use the
+    running pods' allocation table. On the old main this failed with a changed lease for
     m2 (no subnet.env, and no lease of its own in etcd v3: flanneld v0.27
     leased a new subnet); before that, with `assert 'cbr0' ==
     'CDK-flannel-network'` (the refresh renamed the CNI network)."""
@@ -243,6 +248,7 @@ def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
         assert now and now != refresh.pids_before[m], f"{m}: flanneld was not restarted"
         assert refresh.machines[m].read_file("/usr/local/bin/flanneld") == \
             member(refresh.resource, "flanneld")
+    assert refresh.during.lost == 0, refresh.during
     a, b = refresh.old_pods["m1"], refresh.old_pods["m2"]
     assert a.ping(b.address) and b.ping(a.address), "running pods lost each other"
     assert v3_leases(refresh) == refresh.leases_before, "a machine's subnet lease changed"

@@ -137,3 +137,17 @@ def test_cnitool(sandbox_host):
     assert path.is_file()
     out = subprocess.run([path], capture_output=True, text=True)
     assert "cnitool" in out.stdout + out.stderr
+
+
+@pytest.mark.gobuild
+def test_the_bug_reports_flanneld_is_v0_11_0_built_from_the_proxy(sandbox_host):
+    """flannel v0.11.0 predates Go modules: built in GOPATH mode from the
+    proxy's zips (sandbox.flanneld_v011), static, and the version the old
+    charm reported."""
+    path = resource.binary_path("flanneld-v0.11.0", resource.host_arch())
+    assert resource.elf_interpreter(path) is None
+    out = subprocess.run([path, "-version"], capture_output=True, text=True, env={}, timeout=60)
+    assert (out.stdout + out.stderr).strip() == "v0.11.0"
+    # the kube subnet manager is compiled out, not its flags: main.go is v0.11.0's
+    usage = subprocess.run([path, "-help"], capture_output=True, text=True, timeout=60)
+    assert "-kube-subnet-mgr" in usage.stderr and "-ip-masq" in usage.stderr

@@ -59,3 +59,16 @@ def test_an_etcd_that_cannot_start_raises_with_its_log(tmp_path, pki):
             server.start(timeout=20)
     assert "address already in use" in str(caught.value)
     assert not server.running
+
+
+def test_each_cluster_plays_a_seed_of_the_fixed_set_its_label_picks(monkeypatch):
+    from sandbox.cluster import SEED_ENV, lock_order_seed
+    monkeypatch.setenv(SEED_ENV, "1,2,3")
+    labels = [f"cluster {n}" for n in range(12)]
+    picked = {label: lock_order_seed(label) for label in labels}
+    assert picked == {label: lock_order_seed(label) for label in labels}   # every run
+    assert set(picked.values()) == {1, 2, 3}
+    monkeypatch.setenv(SEED_ENV, "7")
+    assert {lock_order_seed(label) for label in labels} == {7}
+    monkeypatch.setenv(SEED_ENV, "")
+    assert lock_order_seed("any") is None
