@@ -5,7 +5,9 @@
         # or "ops" (today's); control_plane=True adds a kubernetes-control-plane
         # machine ("cp", ops) related to etcd and, with flannel, to flannel:cni;
         # etcd_v2=True has etcd serve its v2 API too (flannel v0.11's);
-        # auto_retry=False: a failed hook waits for controller.resolve().
+        # auto_retry=False: a failed hook waits for controller.resolve();
+        # worker_runtime_ready=False: the reactive worker extracts its
+        # plugins only once the test makes its container runtime ready.
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
         cluster.wait_for_flannel()            # update-status until every unit is active
         pod = cluster.start_pod("m1")         # a real netns attached with cnitool
@@ -180,6 +182,7 @@ class Cluster:
     def __init__(self, charm_dir: Path, resource: Path, *, workers: int = 2,
                  worker_generation: str = "reactive", control_plane: bool = False,
                  routed_workers: int = 0, etcd_v2: bool = False, auto_retry: bool = True,
+                 worker_runtime_ready: bool = True,
                  label: str = "", say: Callable[[str], None] = lambda _: None,
                  workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
@@ -198,6 +201,9 @@ class Cluster:
         # False: it waits for controller.resolve(), for tests that look at
         # the error state
         self.auto_retry = auto_retry
+        # the reactive worker extracts its cni-plugins once its container
+        # runtime is ready: at its install, or (False) when a test says so
+        self.worker_runtime_ready = worker_runtime_ready
         self.say = say
         self.timings = Timings()
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="flannel-sandbox-")
@@ -284,8 +290,11 @@ class Cluster:
                 self.machine_ids[name] = self.controller.add_sandbox_machine(machine)
             self.controller.deploy(EtcdApp.from_server(self.etcd))
             # the reactive worker's cni-plugins (v0.7.5) had a flannel of its own
-            self.worker_app = (OpsKubernetesWorkerApp() if self.worker_generation == "ops"
-                               else KubernetesWorkerApp(flannel=workers_flannel(self.resource)))
+            if self.worker_generation == "ops":
+                self.worker_app = OpsKubernetesWorkerApp()
+            else:
+                self.worker_app = KubernetesWorkerApp(flannel=workers_flannel(self.resource))
+                self.worker_app.container_runtime_ready = self.worker_runtime_ready
             self.controller.deploy(self.worker_app, to=[
                 self.machine_ids[m] for m in self.worker_machines()])
             if self.with_control_plane:
