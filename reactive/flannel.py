@@ -158,9 +158,12 @@ def reinstall_on_upgrade():
 def take_over_from_previous_charm():
     """A refresh from charm-flannel: its files become this charm's before
     the install handler writes anything (@hook handlers run first)."""
+    old_flanneld = daemon.flanneld_version(paths.FLANNELD)
     found = adoption.adopt(_record(), get_flags(), Path(hookenv.charm_dir()))
     if not found.found:
         return
+    if daemon.of_the_v2_era(old_flanneld):
+        _state().v011_rules = True
     for flag in found.flags_to_clear:
         clear_flag(flag)
     state = _state()
@@ -231,7 +234,10 @@ def configure_network():
 def _carry_v2_leases(store, config) -> None:
     """flannel v0.11's leases (a cluster of charm-flannel before 2023) into
     v3, before this node's flanneld of today first starts: it keeps its
-    subnet and routes the nodes still on v0.11 (v2_network.py)."""
+    subnet and routes the nodes still on v0.11 (v2_network.py). Only then:
+    a v2 lease left by a node since gone must not come back later."""
+    if _state().flanneld_inputs is not None:
+        return
     from charms.flannel.v2_network import carry_leases
     v2, carried = carry_leases(store, config)
     if v2:
@@ -243,8 +249,10 @@ def _carry_v2_leases(store, config) -> None:
 
 
 def _finish_v2_move(etcd) -> None:
-    """update-status, on a unit that saw flannel v0.11's network: once every
-    node runs today's flanneld, delete flannel's v2 keys."""
+    """update-status, on a unit that saw flannel v0.11's network (and only
+    there: it pays for etcd3gw): once every node runs today's flanneld,
+    delete flannel's v2 keys; until then keep the copies of v0.11 nodes'
+    leases alive."""
     from charms.flannel.network import EtcdUnavailable, NetworkStore
     from charms.flannel.v2_network import finish_move
     try:
@@ -419,12 +427,13 @@ def run_flanneld():
     if service.restart_if_changed(
             record, state, _systemd, confirmed=confirmed, files=client_files(),
             iface=_flanneld_iface(options), active=_flanneld_active,
-            underlay_mtu=_underlay_mtu(options),
+            underlay_mtu=_underlay_mtu(options), drop_v011_rules=bool(state.v011_rules),
             moved=lambda old, new: teardown.best_effort(
                 "give the lease back for the new address",
                 lambda: _keep_subnet_for_new_address(etcd, old, new), _log),
             log=hookenv.log):
         _forget_service_state()
+        state.v011_rules = None   # dropped while flanneld was stopped
     set_flag(SERVICE_RUNNING)
 
 
@@ -499,6 +508,7 @@ def _tear_down():
     damaged = state.problem("record")   # watch_inputs, this hook
     left = teardown.tear_down(
         None if damaged else _record(), _systemd, served=served, masked=is_flag_set(SERIES_UPGRADE),
+        v011_rules=bool(state.v011_rules),
         record_problem=damaged,
         release_lease=lambda: teardown.release_lease_for_backend_change(
             wanted=network_config(options) if options else None, confirmed=confirmed,

@@ -54,6 +54,7 @@ from typing import Callable, Optional
 from sandbox.etcd import EtcdServer
 from sandbox.juju import (Controller, EtcdApp, KubernetesWorkerApp, OpsKubernetesControlPlaneApp,
                           OpsKubernetesWorkerApp)
+from sandbox.juju.apps import CNI_PLUGINS
 from sandbox.machine import Machine
 from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
                              list_netns, owner_alive, ping_loop, run, state_root)
@@ -76,7 +77,7 @@ ETCD_RELATION = ("flannel:etcd", "etcd:db")
 # What the reactive kubernetes-worker extracts into /opt/cni/bin besides its
 # own flannel (Debian's containernetworking-plugins); the ops principals
 # extract every plugin there, and no flannel.
-WORKER_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+WORKER_PLUGINS = CNI_PLUGINS
 WORKER_GENERATIONS = ("reactive", "ops")
 NETWORK_PREFIX = "/coreos.com/network"
 SUBNET_ENV = "/run/flannel/subnet.env"

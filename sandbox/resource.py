@@ -189,10 +189,12 @@ def _install_dir(binary: GoBinary, arch: str) -> Path:
 
 
 def _stamp(binary: GoBinary, arch: str) -> str:
-    return json.dumps({"package": binary.package, "version": binary.version,
-                       "ldflags": binary.link_ldflags(arch), "cgo": binary.cgo(arch),
-                       "tags": list(binary.tags(arch)), "link": LINK_MODE,
-                       "sources": list(binary.gopath_sources), "arch": arch}, sort_keys=True)
+    stamp = {"package": binary.package, "version": binary.version,
+             "ldflags": binary.link_ldflags(arch), "cgo": binary.cgo(arch),
+             "tags": list(binary.tags(arch)), "link": LINK_MODE, "arch": arch}
+    if binary.gopath_sources:
+        stamp["sources"] = list(binary.gopath_sources)
+    return json.dumps(stamp, sort_keys=True)
 
 
 _PT_INTERP = 3
@@ -318,13 +320,14 @@ def _go_install(binary: GoBinary, arch: str, progress) -> Path:
         cmd.append(f"{binary.package}@{binary.version}")
         proc = subprocess.run(cmd, env=env, cwd=str(gopath), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
+    how = "a GOPATH build of" if binary.gopath_sources else "go install"
     if proc.returncode != 0 or not built.is_file():
         raise BuildFailed(
-            f"go install {binary.package}@{binary.version} for {arch} failed "
+            f"{how} {binary.package}@{binary.version} for {arch} failed "
             f"(exit {proc.returncode}): {proc.stdout.strip()[-2000:]}", proc.stdout)
     if not _is_static(built):
         raise BuildFailed(
-            f"go install {binary.package}@{binary.version} for {arch} did not produce a "
+            f"{how} {binary.package}@{binary.version} for {arch} did not produce a "
             f"statically linked ELF binary: {built}", proc.stdout)
     stamp_file.write_text(stamp)
     _log(progress, f"built    {name} in {time.monotonic() - start:.1f}s: {built}")

@@ -25,11 +25,11 @@ self.events as (unit, hook, remote_unit).  A test passes its own subclass:
 
 from __future__ import annotations
 
-import os
 import time
 
 from . import model as _model
-from .cni_plugins import DEBIAN_PLUGINS, build_cni_plugins_resource
+from .cni_plugins import (DEBIAN_PLUGINS, build_cni_plugins_resource, extract_plugins,
+                          link_default_conf, resource_path)
 from .model import Model, ModelError
 
 
@@ -348,8 +348,6 @@ class NrpeApp(EmulatedApp):
 
 
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
-CNI_BIN = "/opt/cni/bin"
-CNI_NET_D = "/etc/cni/net.d"
 # The link the 2020 worker made to its default CNI's conf file (236fd67).
 DEFAULT_CONF_STEM = "05-default"
 KUBECONFIG_PATH = "/root/cdk/kubeconfig"
@@ -399,7 +397,7 @@ class KubernetesWorkerApp(EmulatedApp):
         super().attach(controller)
         self.resource = build_cni_plugins_resource(
             self.plugin_dir, [p for p in self.plugins if p != "flannel"],
-            os.path.join(controller.state_dir, "resources", self.name, "cni-plugins.tgz"),
+            resource_path(controller, self.name),
             extra={"flannel": self.flannel} if self.flannel is not None else None)
 
     def published(self) -> dict:
@@ -422,9 +420,7 @@ class KubernetesWorkerApp(EmulatedApp):
             self.install_cni_plugins(ctx)
 
     def install_cni_plugins(self, ctx: HookContext) -> None:
-        dest = ctx.executor.machine_path(CNI_BIN)
-        ctx.run(["/bin/sh", "-c", 'mkdir -p "$1" && exec tar -xzf "$2" -C "$1"',
-                 "sh", dest, self.resource])
+        extract_plugins(ctx, self.resource, same_owner=True)
         self.installed_plugins[ctx.unit] = list(self.plugins)
         self.extractions.append((ctx.unit, ctx.hook))
 
@@ -455,13 +451,8 @@ class KubernetesWorkerApp(EmulatedApp):
 
     def _assess(self, ctx):
         if self.cni_configured(ctx.unit):
-            self.configure_default_cni(ctx, self.cni_data[ctx.unit]["cni-conf-file"])
+            # start_worker's configure_default_cni
+            link_default_conf(ctx, DEFAULT_CONF_STEM, self.cni_data[ctx.unit]["cni-conf-file"])
             ctx.status_set("active", "Kubernetes worker running.")
         else:
             ctx.status_set("waiting", "Waiting for cni to be configured.")
-
-    def configure_default_cni(self, ctx: HookContext, conf_file: str) -> None:
-        script = ('set -e; d=$1; rm -f "$d"/05-default.*; '
-                  'ln -s "$2" "$d/05-default.${2##*.}"')
-        ctx.run(["/bin/sh", "-c", script, "sh", ctx.executor.machine_path(CNI_NET_D),
-                 conf_file])

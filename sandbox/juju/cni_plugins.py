@@ -1,9 +1,14 @@
-"""The `cni-plugins` resource Kubernetes principals ship: a gzip tarball of
-CNI plugin binaries that they extract into /opt/cni/bin.
+"""What the Kubernetes principals do with the CNI on their machine: the
+`cni-plugins` resource they ship (a gzip tarball of CNI plugin binaries)
+extracted into /opt/cni/bin, and their default link to the CNI's conf file
+in /etc/cni/net.d.
 
     plugin_set("/usr/lib/cni")              # every plugin there but flannel
     build_cni_plugins_resource("/usr/lib/cni", ("bridge", "loopback"), dest,
                                extra={"flannel": plugin_bytes})
+    resource_path(controller, app)          # where an app's tarball is built
+    extract_plugins(ctx, tarball, same_owner=False)
+    link_default_conf(ctx, "01-default", "10-flannel.conflist")
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import tarfile
 import time
 
 DEBIAN_PLUGINS = "/usr/lib/cni"
+CNI_BIN = "/opt/cni/bin"
+CNI_NET_D = "/etc/cni/net.d"
 # Owner of the members, as upstream's release tarballs have it (not root): a
 # principal extracting with --no-same-owner gets root's files, one
 # extracting as root without it gets these ids.
@@ -55,3 +62,27 @@ def build_cni_plugins_resource(plugin_dir: str, plugins, dest: str,
     with open(dest, "wb") as f:
         f.write(buf.getvalue())
     return dest
+
+
+def resource_path(controller, app_name: str) -> str:
+    return os.path.join(controller.state_dir, "resources", app_name, "cni-plugins.tgz")
+
+
+def extract_plugins(ctx, tarball: str, same_owner: bool) -> None:
+    """`tar -xzf` the tarball into the unit machine's /opt/cni/bin, as root:
+    with same_owner (tar's default for root, the reactive worker's `tar
+    xfz`) the archive's owners are kept; without (today's principals'
+    --no-same-owner) the files are root's."""
+    flags = "" if same_owner else " --no-same-owner"
+    ctx.run(["/bin/sh", "-c", f'mkdir -p "$1" && exec tar -xzf "$2" -C "$1"{flags}',
+             "sh", ctx.executor.machine_path(CNI_BIN), tarball])
+
+
+def link_default_conf(ctx, stem: str, conf_file: str | None) -> None:
+    """Remove every /etc/cni/net.d/<stem>.*; with a conf file, symlink
+    <stem>.<ext> to it (relative, in /etc/cni/net.d, which is made 0700 if
+    missing: a CNI that published its conf file has made it already)."""
+    script = (f'set -e; d=$1; mkdir -p -m 0700 "$d"; rm -f "$d"/{stem}.*; '
+              f'if [ -n "$2" ]; then ln -s "$2" "$d/{stem}.${{2##*.}}"; fi')
+    ctx.run(["/bin/sh", "-c", script, "sh", ctx.executor.machine_path(CNI_NET_D),
+             conf_file or ""])

@@ -112,6 +112,7 @@ class Controller(ModelOperations, HookScheduler):
         self.auto_retry = auto_retry
         self.retry_delays = tuple(retry_delays)
         self._retries: dict[str, tuple[float, int]] = {}   # unit -> (due, failures in a row)
+        self._failed: dict[str, dict] = {}   # unit -> the queued entry whose hook failed
         self._seq = itertools.count(1)
         self._manifests: dict[str, list[str]] = {}
         self._machines_with_tools: set[str] = set()

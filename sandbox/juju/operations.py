@@ -425,13 +425,16 @@ class ModelOperations:
             if rec["agent"]["status"] != "error":
                 raise ModelError(f'unit "{unit}" is not in an error state')
             rec["agent"] = {"status": "idle", "message": "", "failed-hook": None, "since": _now()}
-        if not retry:
-            for i, e in enumerate(self.queue):
-                if e["unit"] == unit:
-                    del self.queue[i]
-                    with self.state.transaction() as data:
-                        self._after_hook(Model(data), e, ok=True)
-                    break
+        if retry:
+            return   # the failed hook runs next (scheduler.failed_entry)
+        failed = self.failed_entry(unit)
+        self._failed.pop(unit, None)
+        for i, e in enumerate(self.queue):
+            if e is failed or (failed is None and e["unit"] == unit):
+                del self.queue[i]
+                with self.state.transaction() as data:
+                    self._after_hook(Model(data), e, ok=True)
+                break
 
     # ======================================================================
     # config, charm upgrades, resources, update-status

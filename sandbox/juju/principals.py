@@ -36,13 +36,11 @@ machines is the host's own.
 from __future__ import annotations
 
 import hashlib
-import os
 
 from .apps import EmulatedApp, HookContext
-from .cni_plugins import DEBIAN_PLUGINS, build_cni_plugins_resource, plugin_set
+from .cni_plugins import (DEBIAN_PLUGINS, build_cni_plugins_resource, extract_plugins,
+                          link_default_conf, plugin_set, resource_path)
 
-CNI_BIN = "/opt/cni/bin"
-CNI_NET_D = "/etc/cni/net.d"
 DEFAULT_CONF_STEM = "01-default"
 # Stands for /root/.kube/config (see the module docstring).
 KUBECONFIG = "/etc/kubernetes/kubeconfig"
@@ -81,9 +79,8 @@ class OpsPrincipal(EmulatedApp):
 
     def attach(self, controller) -> None:
         super().attach(controller)
-        self.resource = build_cni_plugins_resource(
-            self.plugin_dir, self.plugins,
-            os.path.join(controller.state_dir, "resources", self.name, "cni-plugins.tgz"))
+        self.resource = build_cni_plugins_resource(self.plugin_dir, self.plugins,
+                                                   resource_path(controller, self.name))
 
     # -- the reconciler ------------------------------------------------------------
     def dispatch(self, ctx: HookContext) -> None:
@@ -105,9 +102,7 @@ class OpsPrincipal(EmulatedApp):
 
     # -- steps both share ------------------------------------------------------------
     def install_cni_binaries(self, ctx: HookContext) -> None:
-        dest = ctx.executor.machine_path(CNI_BIN)
-        ctx.run(["/bin/sh", "-c", 'mkdir -p "$1" && exec tar -xzf "$2" -C "$1" --no-same-owner',
-                 "sh", dest, self.resource])
+        extract_plugins(ctx, self.resource, same_owner=False)
         self.extractions.append((ctx.unit, ctx.hook))
 
     def require_certificates(self) -> None:
@@ -157,12 +152,9 @@ class OpsPrincipal(EmulatedApp):
             ctx.relation_set(rid=rid, **values)
 
     def set_default_cni_conf_file(self, ctx: HookContext, conf_file: str | None) -> None:
-        """Remove any 01-default.*; with a conf file, symlink
-        01-default.<ext> -> it (relative, in /etc/cni/net.d)."""
-        script = ('set -e; d=$1; mkdir -p -m 0700 "$d"; rm -f "$d"/01-default.*; '
-                  'if [ -n "$2" ]; then ln -s "$2" "$d/01-default.${2##*.}"; fi')
-        ctx.run(["/bin/sh", "-c", script, "sh", ctx.executor.machine_path(CNI_NET_D),
-                 conf_file or ""])
+        """kubernetes_snaps.set_default_cni_conf_file: every 01-default.*
+        goes; with a conf file, 01-default.<ext> links to it."""
+        link_default_conf(ctx, DEFAULT_CONF_STEM, conf_file)
 
     # -- files on the unit's machine ----------------------------------------------------
     def _write(self, ctx: HookContext, path: str, data: bytes, mode: int = 0o644) -> None:

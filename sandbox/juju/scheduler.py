@@ -122,11 +122,16 @@ class HookScheduler:
                 continue
             if e["op"] == "hook" and self._lane(data, u) in busy_lanes:
                 continue
-            if rec["agent"]["status"] == "error":
-                self._retry(u)
-                return e   # the failed hook itself, again
-            return self._relation_hook_pick(e)
+            # after a failure the agent runs that hook again first (retried
+            # by itself, or after `juju resolve`), wherever it stood in the
+            # unit's queue; starting it clears the error
+            return self.failed_entry(u) or self._relation_hook_pick(e)
         return None
+
+    def failed_entry(self, unit: str) -> dict | None:
+        """The queued entry whose hook failed and put `unit` in error."""
+        failed = self._failed.get(unit)
+        return failed if any(e is failed for e in self.queue) else None
 
     def _relation_hook_pick(self, first: dict) -> dict:
         """Which of a unit's pending relation hooks runs next: Juju's uniter
@@ -160,13 +165,6 @@ class HookScheduler:
         if not self.auto_retry or unit not in self._retries:
             return False
         return time.monotonic() >= self._retries[unit][0]
-
-    def _retry(self, unit: str) -> None:
-        """The agent re-runs the failed hook by itself (what `juju resolve`
-        does by hand); the back-off keeps growing until a hook succeeds."""
-        with self.state.transaction() as data:
-            Model(data).unit(unit)["agent"] = {"status": "idle", "message": "",
-                                               "failed-hook": None, "since": _now()}
 
     def retry_pending(self) -> dict[str, float]:
         """Units in error whose failed hook the agent will retry: unit ->
@@ -447,9 +445,11 @@ class HookScheduler:
                 rec["agent"] = {"status": "idle", "message": "", "failed-hook": None,
                                 "since": _now()}
                 self._retries.pop(unit, None)
+                self._failed.pop(unit, None)
             else:
                 rec["agent"] = {"status": "error", "message": f'hook failed: "{hook}"',
                                 "failed-hook": hook, "since": _now()}
+                self._failed[unit] = entry
                 self._hook_failed(unit)
             app = m.app(rec["app"])
             # Only the leader writes leader settings: a change seen when another

@@ -170,6 +170,10 @@ def refresh(request, open_cluster, built_charm, resource, tmp_path_factory):
             cluster.controller.upgrade_charm(FLANNEL, built_charm,
                                              resources={cluster.resource_name: resource})
             cluster.controller.settle(hold=lambda unit: unit == m2_unit)
+            # m1's update-status, m2 still on the old flanneld: nothing it
+            # routes by may go
+            cluster.controller.fire(cluster.unit_on("m1"), "update-status")
+            cluster.controller.settle(hold=lambda unit: unit == m2_unit)
             cluster.halfway = {
                 "commands": {m: flanneld_command(cluster, m) for m in MACHINES},
                 "m1 -> m2": a.ping(b.address), "m2 -> m1": b.ping(a.address),
@@ -234,10 +238,13 @@ def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
     """Every node keeps its subnet, m2 without its subnet.env too; a pod on
     m1 pinging one on m2 every 0.2 s through the whole refresh loses no
     echo; running pods keep their addresses and routes; new pods use the
-    running pods' allocation table. On the old main this failed with a changed lease for
-    m2 (no subnet.env, and no lease of its own in etcd v3: flanneld v0.27
-    leased a new subnet); before that, with `assert 'cbr0' ==
-    'CDK-flannel-network'` (the refresh renamed the CNI network)."""
+    running pods' allocation table. On the old main this failed for
+    f79f180 with "a machine's subnet lease changed" (`{'10.1.29.0-24': ...}
+    != {'10.1.63.0-24': ...}`): m2, with no subnet.env and no lease of its
+    own in etcd v3, leased a new subnet under its running pod (whose echoes
+    still came back through the routes flannel v0.11 had left); before
+    that, with `assert 'cbr0' == 'CDK-flannel-network'` (the refresh
+    renamed the CNI network)."""
     assert refresh.failed_hooks() == [], refresh.failed_hooks()
     for unit in refresh.flannel_units():
         state, message = refresh.workload(unit)
@@ -303,9 +310,10 @@ def test_the_pods_reach_outside_through_the_new_flanneld_and_v011s_rules_are_gon
 
 
 def test_v2_keys_stay_while_a_node_runs_v011_and_go_once_every_node_moved(refresh):
-    """flannel v0.11's keys in etcd v2: halfway they are all there (m2 routes
-    by them); once both nodes run today's flanneld, the next update-status
-    deletes them (etcd 3.5+ deprecates v2, and nothing reads them)."""
+    """flannel v0.11's keys in etcd v2: halfway, after an update-status of
+    m1's, they are all there (m2 routes by them); once both nodes run
+    today's flanneld, the next update-status deletes them (etcd 3.5+
+    deprecates v2, and nothing reads them). On the old main they stayed."""
     if refresh.revision != "f79f180":
         pytest.skip("a69755c's flannel kept its network in etcd v3")
     half = refresh.halfway["v2 keys"]

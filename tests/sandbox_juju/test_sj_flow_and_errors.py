@@ -13,12 +13,12 @@ def test_charm_data_reaches_the_principal_and_back(cluster):
         relation-set cidr=10.1.0.0/16 cni-conf-file=10-flannel.conflist
     """)
     got = cluster.out / "hash"
-    cluster.script("cni-relation-changed", f"relation-get kubeconfig-hash > {got}\n")
+    cluster.script("cni-relation-changed", f"relation-get kubeconfig_path > {got}\n")
     rid = ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
     ctl.settle()
     assert cluster.worker.cni_configured("kubernetes-worker/0")
     assert ctl.relation_data(rid, "flannel/0")["cni-conf-file"] == "10-flannel.conflist"
-    assert got.read_text().strip() == cluster.worker.published()["kubeconfig-hash"]
+    assert got.read_text().strip() == cluster.worker.published()["kubeconfig_path"]
     # the worker got one changed for the join and one for the data
     w = [(r.hook, r.remote_unit) for r in ctl.hook_log if r.unit == "kubernetes-worker/0"
          and r.hook.startswith("cni-relation-")]

@@ -260,7 +260,7 @@ def test_tools_inside_a_hook_see_the_hook_context(related):
           echo "hook=$JUJU_HOOK_NAME rel=$JUJU_RELATION relid=$JUJU_RELATION_ID"
           echo "remote=$JUJU_REMOTE_UNIT app=$JUJU_REMOTE_APP principal=$JUJU_PRINCIPAL_UNIT"
           echo "charm_dir=$CHARM_DIR pwd=$(pwd) lang=$LANG"
-          relation-get kubeconfig-hash
+          relation-get kubeconfig_path
           relation-list
         }} > {out}
     """)
@@ -276,5 +276,5 @@ def test_tools_inside_a_hook_see_the_hook_context(related):
     assert lines[1] == "remote=kubernetes-worker/0 app=kubernetes-worker " \
                        "principal=kubernetes-worker/0"
     assert lines[2] == f"charm_dir={charm_dir} pwd={charm_dir} lang=C.UTF-8"
-    assert len(lines[3]) == 64
+    assert lines[3] == "/root/cdk/kubeconfig"
     assert lines[4] == "kubernetes-worker/0"

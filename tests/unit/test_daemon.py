@@ -383,3 +383,10 @@ def test_default_route_interface_reads_this_machine_s_routes():
     shown = json.loads(subprocess.run(["ip", "-j", "route", "show", "default"],
                                       capture_output=True, text=True).stdout or "[]")
     assert daemon.default_route_interface() == (shown[0]["dev"] if shown else "")
+
+
+@pytest.mark.parametrize("version, v2_era", [
+    ("v0.11.0", True), ("0.14.0", True), ("v0.17.0", True), ("v0.18.0", False),
+    ("v0.27.4", False), ("v1.0.0", False), (None, False), ("dev", False)])
+def test_flannel_before_v0_18_is_of_etcd_v2s_era(version, v2_era):
+    assert daemon.of_the_v2_era(version) is v2_era

@@ -104,6 +104,18 @@ def test_a_subnet_held_in_v3_is_never_overwritten_and_a_second_carry_is_a_no_op(
     assert v3_client(etcd).get(f"{v2_cluster}/subnets/10.1.52.0-24")[0] == today.encode()
 
 
+def test_a_node_that_holds_a_v3_lease_gets_no_copy_of_its_old_v2_one(etcd, settings, prefix):
+    """A node that moved (today's flanneld leased 10.1.7.0/24) and left a v2
+    lease behind: the v2 lease is not brought back as a second lease of its
+    address."""
+    v2_put(etcd, f"{prefix}/subnets/10.1.52.0-24", v011_lease("172.31.254.11"), ttl=600)
+    v3_client(etcd).put(f"{prefix}/subnets/10.1.7.0-24",
+                        json.dumps({"PublicIP": "172.31.254.11", "PublicIPv6": None}))
+    store = NetworkStore(settings, prefix)
+    assert carry_leases(store, CONFIG)[1] == []
+    assert [lease["Subnet"] for lease in store.leases()] == ["10.1.7.0/24"]
+
+
 def test_leases_that_do_not_fit_the_network_stay_behind(etcd, settings, prefix):
     v2_put(etcd, f"{prefix}/subnets/10.9.3.0-24", v011_lease("172.31.254.13"), ttl=600)
     v2_put(etcd, f"{prefix}/subnets/10.1.3.0-26", v011_lease("172.31.254.14"), ttl=600)
@@ -155,6 +167,36 @@ def test_the_v2_keys_go_once_todays_flanneld_holds_every_subnet(etcd, settings, 
     assert len(store.leases()) == 2, "the v3 network is left as it is"
 
 
+def test_a_copy_lives_as_long_as_the_v2_lease_its_node_renews(etcd, settings, v2_cluster):
+    """A node left on flannel v0.11 (its unit in error through the refresh)
+    renews its v2 lease; update-status gives its copy as long: the nodes of
+    today keep their route to it."""
+    store = NetworkStore(settings, v2_cluster)
+    carry_leases(store, CONFIG)
+    key = f"{v2_cluster}/subnets/10.1.88.0-24"
+    assert time_to_live(etcd, key) <= 600
+    assert finish_move(store) is False
+    assert time_to_live(etcd, key) <= 600, "extended with nothing renewed"
+    v2_put(etcd, key, v011_lease("172.31.254.12"), ttl=86400)   # v0.11 renews its lease
+    assert finish_move(store) is False
+    assert time_to_live(etcd, key) > 86000
+    assert v3_client(etcd).get(key)[0] == v011_lease("172.31.254.12").encode()
+
+
+def test_a_subnet_taken_by_another_address_is_no_move(etcd, settings, v2_cluster):
+    """m2 still runs v0.11 while its copy ran out and another node leased
+    its subnet: that is no sign m2 moved, and the v2 keys stay."""
+    store = NetworkStore(settings, v2_cluster)
+    carry_leases(store, CONFIG)
+    client = v3_client(etcd)
+    client.put(f"{v2_cluster}/subnets/10.1.52.0-24", json.dumps(
+        {"PublicIP": "172.31.254.11", "PublicIPv6": None}))
+    client.put(f"{v2_cluster}/subnets/10.1.88.0-24", json.dumps(
+        {"PublicIP": "172.31.254.99", "PublicIPv6": None}))
+    assert finish_move(store) is False
+    assert len(v2_keys(etcd, v2_cluster)) == 3
+
+
 def test_a_v2_network_whose_leases_ran_out_is_forgotten(etcd, settings, prefix):
     v2_put(etcd, f"{prefix}/config", json.dumps(CONFIG))
     v2_put(etcd, f"{prefix}/subnets/10.1.52.0-24", v011_lease("172.31.254.11"), ttl=1)
@@ -171,6 +213,7 @@ def test_moved_compares_the_lease_not_its_key_fields():
     assert moved(v2, [copy]) is False
     assert moved(v2, []) is False
     assert moved(v2, [{**copy, "PublicIPv6": None}]) is True
+    assert moved(v2, [{**copy, "PublicIPv6": None, "PublicIP": "1.2.3.5"}]) is False
     assert moved(V2Network(config=b"{}", leases=()), []) is True
 
 

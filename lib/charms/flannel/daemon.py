@@ -39,6 +39,17 @@ def flanneld_version(binary: Path, timeout: float = 10.0) -> Optional[str]:
     return match.group(0) if match else None
 
 
+# flannel before v0.18 kept its network in etcd's v2 keyspace and wrote its
+# --ip-masq and forward rules straight into POSTROUTING and FORWARD
+V2_ERA_BEFORE = (0, 18)
+
+
+def of_the_v2_era(version: Optional[str]) -> bool:
+    """Whether a flanneld version ("v0.11.0") is of etcd v2's era."""
+    match = re.match(r"v?(\d+)\.(\d+)", version or "")
+    return bool(match) and (int(match.group(1)), int(match.group(2))) < V2_ERA_BEFORE
+
+
 def inputs_digest(checksums: Iterable[Optional[str]], network_config: dict) -> str:
     """One digest of everything flanneld reads at start.
 

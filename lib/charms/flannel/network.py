@@ -8,6 +8,7 @@ relation and break (or silently widen) TLS verification.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Callable, Collection
@@ -269,6 +270,32 @@ class NetworkStore:
             return False
         return self._call(create)
 
+    def extend_lease(self, name: str, value: bytes, ttl: int, margin: int = 60) -> bool:
+        """Give the lease at <prefix>/subnets/<name> `ttl` seconds more to
+        live if it holds `value` (compared in the same etcd transaction) and
+        has less than `ttl - margin` left; True if it was extended."""
+        key = self.subnets_prefix + name
+
+        def extend(client: etcd3gw.Etcd3Client) -> bool:
+            found = client.get(key, metadata=True)
+            if not found or found[0][0] != value:
+                return False
+            lease_id = int(found[0][1].get("lease") or 0)
+            if lease_id and etcd3gw.Lease(lease_id, client).ttl() >= ttl - margin:
+                return False
+            lease = client.lease(ttl)
+            done = client.transaction({
+                "compare": [{"key": _b64(key), "result": "EQUAL", "target": "VALUE",
+                             "value": _b64(value)}],
+                "success": [{"request_put": {"key": _b64(key), "value": _b64(value),
+                                             "lease": lease.id}}],
+                "failure": []})
+            if not done.get("succeeded"):
+                lease.revoke()
+                return False
+            return True
+        return self._call(extend)
+
     # -- the v2 keyspace (flannel v0.11; v2_network.py) ------------------------------
     def v2_network(self) -> V2Network:
         """flannel's keys under the prefix in etcd's v2 API (config and
@@ -349,6 +376,10 @@ class NetworkStore:
             self._preferred = endpoint
             return result
         raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
+
+
+def _b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
 
 
 def _json_object(value: bytes) -> dict[str, Any] | None:

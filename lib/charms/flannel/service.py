@@ -48,6 +48,7 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
                        active: Callable[[], bool],
                        underlay_mtu: Optional[int] = None,
                        moved: Callable[[Optional[str], str], None] = lambda old, new: None,
+                       drop_v011_rules: bool = False,
                        log: Log = lambda message: None,
                        subnet_env: Path = paths.SUBNET_ENV) -> bool:
     """(Re)start flanneld if its inputs changed since it last started, or it
@@ -57,7 +58,9 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     flanneld sends on, tells which vxlan device MTU the config means when
     it names none), and if flanneld moves to another interface
     (a new public IP) `moved(old, new)` runs, to give its lease back so that
-    it takes the same subnet again."""
+    it takes the same subnet again. With drop_v011_rules (a node refreshed
+    from a flanneld of etcd v2's era) flannel v0.11's iptables rules for
+    the pod network go too."""
     digest = flanneld_inputs(record, files, confirmed)
     if state.flanneld_inputs == digest and active():
         return False
@@ -80,7 +83,7 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
             log("Could not drop the previous network's iptables rules or routes: "
                 "{}".format(error))
     try:   # a refreshed node's: flanneld v0.27 never removes them
-        for line in leftovers.remove_v011_rules(served):
+        for line in leftovers.remove_v011_rules(served) if drop_v011_rules else []:
             log("Dropped flannel v0.11's iptables rule {}".format(line))
     except (OSError, subprocess.SubprocessError) as error:
         log("Could not drop flannel v0.11's iptables rules: {}".format(error))

@@ -35,7 +35,7 @@ def best_effort(what: str, step: Callable[[], object], log: Log) -> None:
 
 def tear_down(record: Optional[InstallRecord], systemd: Systemd, *,
               served: leftovers.ServedNetwork,
-              record_problem: Optional[str], masked: bool,
+              record_problem: Optional[str], masked: bool, v011_rules: bool = False,
               release_lease: Callable[[], None], remove_nrpe_check: Callable[[], None],
               log: Log) -> list[str]:
     """Stop flannel and take away what it made: the service, its lease (when
@@ -44,7 +44,8 @@ def tear_down(record: Optional[InstallRecord], systemd: Systemd, *,
     an idle pod bridge; systemd forgets the unit. `served` is read before
     anything goes. With a `record_problem` (and no `record`: it cannot be
     read) no file is removed, since nothing proves which are flannel's:
-    returns those left."""
+    returns those left. With v011_rules (a node refreshed from flannel
+    v0.11 whose flanneld never restarted since) its iptables rules go too."""
     if masked:
         systemd.do("unmask", SERVICE)   # pre-series-upgrade masked it: the mask link is ours too
     if paths.SERVICE_FILE.exists():
@@ -56,7 +57,7 @@ def tear_down(record: Optional[InstallRecord], systemd: Systemd, *,
     best_effort("remove flanneld's iptables rules", lambda: [
         log("Removed flanneld's iptables rule: {}".format(line), False)
         for line in leftovers.remove_iptables_rules(
-            networks=[network for network, _ in served.networks])], log)
+            networks=[network for network, _ in served.networks] if v011_rules else ())], log)
     best_effort("remove flanneld's routes", lambda: [
         log("Removed flanneld's route {}".format(line), False)
         for line in leftovers.remove_pod_network_routes(served.networks)], log)

@@ -85,6 +85,11 @@ class UnitState:
         "etcd's v2 keyspace held flannel v0.11's network when this unit carried its leases "
         "into v3 (v2_network.py): update-status looks whether every node has moved, to "
         "delete the v2 keys, until they are gone.")
+    v011_rules = _Key(
+        "flannel.v011-rules",
+        "The old charm's flanneld on this node was of etcd v2's era (v0.11): its --ip-masq "
+        "and forward rules sit in the built-in chains, where flanneld v0.27 never looks; "
+        "they go at the next flanneld restart (or removal), and only on such a node.")
     cni_network_name = _Key(
         "flannel.cni-network-name",
         "The CNI network name the old charm's conflist used (adoption): host-local's "

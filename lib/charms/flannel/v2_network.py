@@ -9,18 +9,23 @@ moved that data, and a refreshed node then keeps its subnet only by luck
 those that have not, and the v3 allocator may hand out a subnet a v2 node
 still holds.
 
-What this charm does, in configure_network, after writing the v3 config:
-- carry_leases: each v2 lease that fits the network config and whose subnet
-  has no v3 lease is copied into v3, byte for byte, with the time it has
-  left. A node's new flanneld then finds its own lease by its address and
-  keeps its subnet (subnet.env or not), and routes the nodes still on v2;
-  those nodes keep routing this one through its v2 lease, which stays.
-- the v2 keys stay while any node may still run flannel v0.11.
-- v2_network_moved, at update-status on a unit that saw v2 data: once every
-  v2 lease's subnet is held in v3 by today's flanneld (it rewrote the copy:
-  its lease value differs from v0.11's), no v0.11 flanneld is left, and the
-  charm deletes flannel's v2 keys (config and leases). A node that never
-  moves keeps them until its v2 lease runs out.
+What this charm does:
+- carry_leases, in configure_network before the unit's first flanneld
+  start: each v2 lease that fits the network config, whose subnet has no
+  v3 lease and whose address holds none, is copied into v3, byte for byte,
+  with the time it has left. A node's new flanneld then finds its own lease
+  by its address and keeps its subnet (subnet.env or not), and routes the
+  nodes still on v2; those nodes keep routing this one through its v2
+  lease, which stays.
+- the v2 keys stay while any node may still run flannel v0.11, and
+  finish_move, at update-status on a unit that saw v2 data, keeps each
+  copy as long-lived as the v2 lease its v0.11 node renews (a node left on
+  the old charm for hours keeps its routes from the others).
+- once every v2 lease's subnet is held in v3, at the same address, by
+  today's flanneld (it rewrote the copy: its lease value differs from
+  v0.11's), no v0.11 flanneld is left, and finish_move deletes flannel's v2
+  keys (config and leases). A node that never moves keeps them until its
+  v2 lease runs out.
 
 The HTTP side (v2 reads and deletes, v3 writes) is NetworkStore's; this
 module decides.
@@ -31,6 +36,8 @@ import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from .etcd_probe import lease_subnets
 
 # etcd's v2 TTLs count down from flanneld's 24 h: a copy never outlives its lease
 MAX_CARRIED_TTL = 24 * 3600
@@ -44,9 +51,8 @@ class V2Lease:
 
     @property
     def subnet(self) -> Optional[ipaddress.IPv4Network]:
-        address, _, length = self.name.partition("-")
         try:
-            return ipaddress.IPv4Network(f"{address}/{length}")
+            return ipaddress.IPv4Network(lease_subnets(self.name)[0])
         except ValueError:
             return None
 
@@ -106,11 +112,16 @@ def fits(lease: V2Lease, config: dict[str, Any]) -> bool:
             and subnet.network_address != network.network_address)
 
 
-def leases_to_carry(v2: V2Network, v3_subnets: set, config: dict[str, Any]) -> list:
-    """The v2 leases to copy into v3: those that fit `config` and whose
-    subnet no v3 lease holds yet."""
+def leases_to_carry(v2: V2Network, v3_leases: list, config: dict[str, Any]) -> list:
+    """The v2 leases to copy into v3 (`v3_leases` as NetworkStore.leases()
+    gives them): those that fit `config`, whose subnet no v3 lease holds
+    yet, and whose address holds none (a node that moved and gave its v3
+    lease back is not brought back by the v2 lease it left)."""
+    subnets = {lease.get("Subnet") for lease in v3_leases}
+    addresses = {lease.get("PublicIP") for lease in v3_leases}
     return [lease for lease in v2.leases
-            if fits(lease, config) and str(lease.subnet) not in v3_subnets]
+            if fits(lease, config) and str(lease.subnet) not in subnets
+            and lease.public_ip not in addresses]
 
 
 def carried_ttl(lease: V2Lease) -> int:
@@ -133,14 +144,26 @@ def moved(v2: V2Network, v3_leases: list) -> bool:
     held = {lease.get("Subnet"): {k: v for k, v in lease.items() if k not in _FROM_KEY}
             for lease in v3_leases}
     for lease in v2.leases:
-        try:
-            old = json.loads(lease.value)
-        except ValueError:
-            old = None
         now = held.get(str(lease.subnet))
-        if now is None or now == old:
+        if now is None or now == _parsed(lease.value) or now.get("PublicIP") != lease.public_ip:
             return False
     return True
+
+
+def copies(v2: V2Network, v3_leases: list) -> list:
+    """The v2 leases whose v3 lease is still the charm's copy: their node
+    runs flannel v0.11 yet."""
+    held = {lease.get("Subnet"): {k: v for k, v in lease.items() if k not in _FROM_KEY}
+            for lease in v3_leases}
+    return [lease for lease in v2.leases if held.get(str(lease.subnet)) == _parsed(lease.value)]
+
+
+def _parsed(value: bytes) -> Optional[dict]:
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def carry_leases(store, config: dict[str, Any]) -> tuple:
@@ -151,21 +174,24 @@ def carry_leases(store, config: dict[str, Any]) -> tuple:
     v2 = store.v2_network()
     if not v2:
         return v2, []
-    held = {lease.get("Subnet") for lease in store.leases()}
-    carried = [str(lease.subnet) for lease in leases_to_carry(v2, held, config)
+    carried = [str(lease.subnet) for lease in leases_to_carry(v2, store.leases(), config)
                if store.create_lease(lease.name, lease.value, carried_ttl(lease))]
     return v2, carried
 
 
 def finish_move(store) -> Optional[bool]:
     """At update-status on a unit that saw a v2 network: delete flannel's
-    v2 keys once every node has moved. True: deleted now; False: a node
-    still runs flannel v0.11; None: no v2 network is left (another unit
-    deleted it, or etcd serves v2 no more)."""
+    v2 keys once every node has moved; until then keep each copy as
+    long-lived as its v2 lease. True: deleted now; False: a node still runs
+    flannel v0.11; None: no v2 network is left (another unit deleted it, or
+    etcd serves v2 no more)."""
     v2 = store.v2_network()
     if not v2:
         return None
-    if not moved(v2, store.leases()):
+    v3_leases = store.leases()
+    if not moved(v2, v3_leases):
+        for lease in copies(v2, v3_leases):   # renewed in v2 since it was copied?
+            store.extend_lease(lease.name, lease.value, carried_ttl(lease))
         return False
     store.forget_v2_network()
     return True
