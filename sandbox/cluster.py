@@ -506,10 +506,11 @@ class Cluster:
         m = self.machines[machine]
         return {name: m.read_file(f"/opt/cni/bin/{name}") for name in (m.ls("/opt/cni/bin") or [])}
 
-    def default_conflist_link(self, machine: str) -> Optional[str]:
-        """Where /etc/cni/net.d/01-default.conflist points on `machine` (the
-        control plane's link to the CNI's conflist), None if it is no link."""
-        cp = self.machines[machine].run(["readlink", "/etc/cni/net.d/01-default.conflist"],
+    def default_conflist_link(self, machine: str, stem: str = "01-default") -> Optional[str]:
+        """Where /etc/cni/net.d/<stem>.conflist points on `machine` (the
+        principal's link to the CNI's conflist: 01-default today's control
+        plane's, 05-default the 2020 worker's), None if it is no link."""
+        cp = self.machines[machine].run(["readlink", f"/etc/cni/net.d/{stem}.conflist"],
                                         check=False)
         return cp.stdout.strip() or None if cp.returncode == 0 else None
 

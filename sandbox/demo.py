@@ -105,8 +105,10 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print, *,
             for m in workers:
                 machine = cluster.machines[m]
                 check(f"{m}: no flanneld running", not machine.pids_of("flanneld"))
-                check(f"{m}: flannel's own /opt/cni/bin/flannel removed",
-                      not machine.exists("/opt/cni/bin/flannel"))
+                check(f"{m}: /opt/cni/bin/flannel as before flannel came (gone, or the "
+                      "worker's own put back)",
+                      machine.read_file("/opt/cni/bin/flannel")
+                      == plugins_before[m].get("flannel"))
                 kept = cluster.cni_bin(m)
                 names = cluster.principal_plugins(m)
                 check(f"{m}: the worker's {len(names)} plugins ({', '.join(names[:4])}, ...) "

@@ -222,6 +222,23 @@ class FaultBench:
         charm_dir = self.ctl.unit(unit)["charm-dir"]
         return str(PurePosixPath(charm_dir).parent / RECORD_DIR / "record.json")
 
+    def kept_original(self, unit: str, path: str) -> Optional[bytes]:
+        """The copy the unit's install record keeps of what stood at `path`
+        before flannel wrote it (None: none kept)."""
+        record = PurePosixPath(self._record_path(unit)).parent
+        return self._machine_of(unit).read_file(str(record / "originals" / path.lstrip("/")))
+
+    def principals_flannel(self, machine: str) -> Optional[bytes]:
+        """The flannel plugin the principal on `machine` ships itself (the
+        2020 worker's), None for today's principals, which ship none."""
+        return getattr(self.cluster.principal_app(machine), "flannel", None)
+
+    def flannels_file(self, machine: str, path: str) -> bool:
+        """Whether `path` on `machine` is flannel's (not the principal's own
+        /opt/cni/bin/flannel, put back as it was)."""
+        theirs = self.principals_flannel(machine) if path == f"{WORKER_BIN}/flannel" else None
+        return theirs is None or self.machine(machine).read_file(path) != theirs
+
     def _machine_of(self, unit: str) -> Machine:
         machine_id = self.ctl.unit(unit)["machine"]
         for name, mid in self.cluster.machine_ids.items():

@@ -125,21 +125,27 @@ def _round_checks(bench: FaultBench, label: str) -> list[str]:
     problems = [f"{label}: {p}" for p in bench.lost_worker_files()]
     for unit in bench.cluster.flannel_units():
         problems += [f"{label}: {p}" for p in bench.record_problems(unit)]
+        machine = bench.cluster.machine_of(unit)
         for path, entry in bench.record(unit).get("files", {}).items():
-            if entry.get("original") is not None and path in (
-                    "/usr/local/bin/flanneld", f"{WORKER_BIN}/flannel"):
-                # Nothing stood there before flannel in this cluster: an
-                # original means a retry took the charm's own earlier file
-                # for someone else's, which stop would then put back.
-                problems.append(f"{label}: {unit}'s record keeps an 'original' of {path}: "
-                                f"removing flannel would put an old flanneld back")
+            if path not in ("/usr/local/bin/flanneld", f"{WORKER_BIN}/flannel"):
+                continue
+            # Nothing stood there before flannel but the 2020 worker's own
+            # flannel plugin: any other original means a retry took the
+            # charm's own earlier file for someone else's, which stop would
+            # then put back.
+            theirs = bench.principals_flannel(machine) if path.endswith("/flannel") else None
+            kept = bench.kept_original(unit, path) if entry.get("original") else None
+            if kept != theirs:
+                problems.append(f"{label}: {unit}'s record keeps {'an' if kept else 'no'} "
+                                f"'original' of {path}: removing flannel would put "
+                                f"{'an old flanneld back' if kept else 'nothing back'}")
     return problems
 
 
 def _leftovers(bench: FaultBench, machine: str) -> list[str]:
     """What a removed flannel left on a machine (must be nothing)."""
     m = bench.machine(machine)
-    out = [p for p in CHARM_FILES if m.exists(p)]
+    out = [p for p in CHARM_FILES if m.exists(p) and bench.flannels_file(machine, p)]
     for directory in CHARM_DIRS:
         out += [f"{directory}/{n}" for n in m.ls(directory) or []
                 if n.startswith(".") and n.endswith(".tmp")]

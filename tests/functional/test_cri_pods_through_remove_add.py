@@ -179,8 +179,7 @@ def test_cri_pods_before_during_and_after_remove_add(cluster):
         # no new pod, while the running ones stay Ready. The charm kept the
         # runtime's directory (containerd's inotify watch on it).
         net_d_after_stop = cluster.machines["m1"].ls(NET_D)
-        default_link = cluster.machines["m1"].run(
-            ["readlink", f"{NET_D}/05-default.conflist"], check=False).stdout.strip()
+        default_link = cluster.default_conflist_link("m1", stem="05-default")
         wait_cri_loaded(cluster, None)   # (containerd's reload follows the removal's event)
         pod, gap_error = cluster.try_pod("m1", runtime="cri")
         cluster.say(f"   a new pod with flannel gone, the worker's link left: {gap_error}")

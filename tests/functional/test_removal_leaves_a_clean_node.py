@@ -14,7 +14,8 @@ Each test guards a regression an operator met, or would:
   `stop`;
 - moving to another CNI: with flannel's bridge left holding flannel's
   address, a next CNI that names its bridge cni0 (the bridge plugin's
-  default) refused every pod.
+  default) refused every pod (and on the 2020 worker, its default link
+  dangles until the next CNI charm publishes its conflist).
 """
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ import ipaddress
 import json
 
 import pytest
-from functional_kit import CHARM_PATHS, deploy_and_wait, plugin_bytes, plugin_differences
+from functional_kit import charm_files_left, deploy_and_wait, plugin_bytes, plugin_differences
 
 from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL
+from sandbox.juju import EmulatedApp
 
 pytestmark = pytest.mark.functional
 
@@ -80,7 +82,7 @@ def test_a_unit_removed_between_install_and_start_gets_remove_alone_and_leaves_n
         hooks = controller.hooks(unit)
         assert "stop" not in hooks and hooks[-1] == "remove", hooks   # Juju's rule
         assert cluster.flannel_units() == []
-        left = [p for p in CHARM_PATHS if machine.exists(p)]
+        left = charm_files_left(cluster, "m1")
         assert left == [], f"files of flannel's left after remove alone: {left}"
         assert cluster.flannel_leftovers("m1", pods_stay=False) == []
         assert plugin_differences(before, {"m1": plugin_bytes(cluster, "m1")}) == []
@@ -94,10 +96,35 @@ OTHER_CNI = {
                 {"type": "portmap", "capabilities": {"portMappings": True}}]}
 
 
+class NextCni(EmulatedApp):
+    """The CNI an operator moves to (Calico, Cilium), as a CNI charm
+    behaves towards its principal: a subordinate on `cni` that writes its
+    conflist on the machine and publishes `cidr` and `cni-conf-file`."""
+    subordinate = True
+    endpoints = {"cni": {"interface": "kubernetes-cni", "role": "requires",
+                         "scope": "container"}}
+    conf_file = "20-next.conflist"
+
+    def __init__(self):
+        super().__init__("next-cni")
+
+    def on_install(self, ctx):
+        ctx.run(["/bin/sh", "-c", 'cat > "$1"', "sh",
+                 ctx.executor.machine_path(f"/etc/cni/net.d/{self.conf_file}")],
+                input=json.dumps(OTHER_CNI).encode())
+
+    def on_cni_relation_joined(self, ctx):
+        ctx.relation_set(cidr="10.99.0.0/24", **{"cni-conf-file": self.conf_file})
+
+
 def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(open_cluster):
     """The path operators take to Calico or Cilium: drain the node, remove
-    flannel (its relations, which destroys its units), give the machine
-    another CNI config, and new pods work with nothing of flannel's left."""
+    flannel (its relations, which destroys its units), relate the next CNI
+    to the worker, and new pods work with nothing of flannel's left. The
+    2020 worker's 05-default.conflist, left dangling when flannel went,
+    makes libcni fail ("error reading /etc/cni/net.d/05-default.conflist")
+    until the worker links it to the next CNI's conflist, which it does as
+    soon as that CNI publishes it."""
     with open_cluster("leaving flannel", workers=1) as cluster:
         deploy_and_wait(cluster)
         machine = cluster.machines["m1"]
@@ -109,15 +136,17 @@ def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(open_
         # drained: not even the pods' bridge or address table of flannel's stays
         assert cluster.flannel_leftovers("m1", pods_stay=False) == []
         assert "CDK-flannel-network" not in (machine.ls("/var/lib/cni/networks") or [])
-        machine.write_file("/etc/cni/net.d/20-next.conflist", json.dumps(OTHER_CNI).encode())
-        try:
-            pod, error = cluster.try_pod("m1")
-            assert pod is not None, f"a pod of the next CNI got no address: {error}"
-            assert ipaddress.ip_address(pod.address) in ipaddress.ip_network("10.99.0.0/24")
-            assert pod.ping("10.99.0.1"), "the pod cannot reach its gateway"
-            assert pod.ping(machine.address), "the pod cannot reach its node"
-        finally:
-            machine.run(["rm", "-f", "/etc/cni/net.d/20-next.conflist"])
+        dangling, error = cluster.try_pod("m1")
+        assert dangling is None and "05-default.conflist" in error, error
+        cluster.controller.deploy(NextCni())
+        cluster.controller.add_relation("next-cni:cni", "kubernetes-worker:cni")
+        cluster.settle()
+        assert cluster.default_conflist_link("m1", stem="05-default") == NextCni.conf_file
+        pod, error = cluster.try_pod("m1")
+        assert pod is not None, f"a pod of the next CNI got no address: {error}"
+        assert ipaddress.ip_address(pod.address) in ipaddress.ip_network("10.99.0.0/24")
+        assert pod.ping("10.99.0.1"), "the pod cannot reach its gateway"
+        assert pod.ping(machine.address), "the pod cannot reach its node"
 
 
 UNIT_FILE = "/lib/systemd/system/flannel.service"
