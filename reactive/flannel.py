@@ -158,11 +158,11 @@ def reinstall_on_upgrade():
 def take_over_from_previous_charm():
     """A refresh from charm-flannel: its files become this charm's before
     the install handler writes anything (@hook handlers run first)."""
-    old_flanneld = daemon.flanneld_version(paths.FLANNELD)
     found = adoption.adopt(_record(), get_flags(), Path(hookenv.charm_dir()))
     if not found.found:
         return
-    if daemon.of_the_v2_era(old_flanneld):
+    # still the old charm's flanneld (install_flannel replaces it after this)
+    if daemon.of_the_v2_era(daemon.flanneld_version(paths.FLANNELD)):
         _state().v011_rules = True
     for flag in found.flags_to_clear:
         clear_flag(flag)

@@ -219,7 +219,6 @@ class Cluster:
         self.pods: list[Pod] = []
         self._pod_serial = 0
         self.pristine: dict[str, NodeState] = {}
-        self.label = label
         self.seed = lock_order_seed(label)
 
     # --- lifecycle ------------------------------------------------------------

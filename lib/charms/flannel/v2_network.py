@@ -58,11 +58,7 @@ class V2Lease:
 
     @property
     def public_ip(self) -> Optional[str]:
-        try:
-            parsed = json.loads(self.value)
-        except ValueError:
-            return None
-        return parsed.get("PublicIP") if isinstance(parsed, dict) else None
+        return (_parsed(self.value) or {}).get("PublicIP")
 
 
 @dataclass(frozen=True)
@@ -141,8 +137,7 @@ def moved(v2: V2Network, v3_leases: list) -> bool:
     today's flanneld wrote, i.e. that is no longer the v0.11 lease the
     charm copied (flanneld v0.27 writes PublicIPv6, the VNI, ...). A v2
     network with no lease left has moved too."""
-    held = {lease.get("Subnet"): {k: v for k, v in lease.items() if k not in _FROM_KEY}
-            for lease in v3_leases}
+    held = _attributes_by_subnet(v3_leases)
     for lease in v2.leases:
         now = held.get(str(lease.subnet))
         if now is None or now == _parsed(lease.value) or now.get("PublicIP") != lease.public_ip:
@@ -153,9 +148,15 @@ def moved(v2: V2Network, v3_leases: list) -> bool:
 def copies(v2: V2Network, v3_leases: list) -> list:
     """The v2 leases whose v3 lease is still the charm's copy: their node
     runs flannel v0.11 yet."""
-    held = {lease.get("Subnet"): {k: v for k, v in lease.items() if k not in _FROM_KEY}
-            for lease in v3_leases}
+    held = _attributes_by_subnet(v3_leases)
     return [lease for lease in v2.leases if held.get(str(lease.subnet)) == _parsed(lease.value)]
+
+
+def _attributes_by_subnet(v3_leases: list) -> dict:
+    """subnet -> a v3 lease's own attributes (its JSON, without what
+    NetworkStore.leases() adds from the key)."""
+    return {lease.get("Subnet"): {k: v for k, v in lease.items() if k not in _FROM_KEY}
+            for lease in v3_leases}
 
 
 def _parsed(value: bytes) -> Optional[dict]:
