@@ -17,6 +17,8 @@ a hook. Flags (docs/design.md has the table):
 import hashlib
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 from charmhelpers.core import hookenv, host, unitdata
@@ -26,8 +28,8 @@ from charms.reactive import (clear_flag, endpoint_from_flag, endpoint_from_name,
 # Light modules only: an idle hook (update-status) must not pay for jinja2,
 # etcd3gw/requests/TLS or charmhelpers' nrpe; handlers that need them import
 # render, network and nrpe when their inputs changed.
-from charms.flannel import (adoption, cni, daemon, leftovers, paths, resource, service,
-                            teardown)
+from charms.flannel import (adoption, cni, daemon, leftovers, paths, pod_bridge, resource,
+                            service, teardown)
 from charms.flannel.credentials import client_files, pem_problem, write_client_credentials
 from charms.flannel.etcd_probe import EtcdUnavailable, parse_endpoints
 from charms.flannel.install_record import InstallRecord, record_problem
@@ -387,11 +389,31 @@ def _look_at_etcd(etcd) -> None:
         hookenv.log("flanneld has no route to {} that etcd has leases of: restarting it "
                     "to route every lease".format(", ".join(seen.unrouted)),
                     level=hookenv.WARNING)
-    if seen.lost_lease or seen.unrouted:
+    no_lease_file = seen.problem is None and _without_subnet_env(state)
+    if no_lease_file:
+        hookenv.log("flanneld has written no {} since it started: restarting it to write "
+                    "it".format(paths.SUBNET_ENV), level=hookenv.WARNING)
+    if seen.lost_lease or seen.unrouted or no_lease_file:
         state.flanneld_inputs = None
         clear_flag(SERVICE_RUNNING)
     if state.v2_network_seen and seen.problem is None:
         _finish_v2_move(etcd)
+
+
+# flanneld writes subnet.env within seconds of its start once etcd answers;
+# without it the flannel CNI plugin fails every pod ("failed to load flannel
+# 'subnet.env' file"), and flanneld only writes it as it starts.
+SUBNET_ENV_GRACE = 60
+
+
+def _without_subnet_env(state) -> bool:
+    """flanneld running for over SUBNET_ENV_GRACE seconds with no subnet.env
+    (deleted since, say)."""
+    started = state.flanneld_started
+    return (is_flag_set(SERVICE_RUNNING) and started is not None
+            and time.time() - started > SUBNET_ENV_GRACE
+            and read_lease(paths.SUBNET_ENV) is None and not paths.SUBNET_ENV.exists()
+            and _flanneld_active())
 
 
 @when(NETWORK_CONFIGURED)
@@ -428,6 +450,7 @@ def run_flanneld():
             record, state, _systemd, confirmed=confirmed, files=client_files(),
             iface=_flanneld_iface(options), active=_flanneld_active,
             underlay_mtu=_underlay_mtu(options), drop_v011_rules=bool(state.v011_rules),
+            network_name=_cni_network_name,
             moved=lambda old, new: teardown.best_effort(
                 "give the lease back for the new address",
                 lambda: _keep_subnet_for_new_address(etcd, old, new), _log),
@@ -473,8 +496,7 @@ def configure_cni():
         return
     from charms.flannel import render
     cni_endpoint = endpoint_from_name("cni")
-    name = adoption.cni_network_name(paths.CNI_CONFLIST, state.cni_network_name)
-    conflist = render.render_conflist(_templates(), network_name=name)
+    conflist = render.render_conflist(_templates(), network_name=_cni_network_name())
     _record().install(paths.CNI_CONFLIST, conflist.encode(), 0o644, sole=True)
     # dual-stack as the principals take it (and Calico publishes it): "v4,v6"
     cni_endpoint.set_config(cidr=cni.published_cidr(confirmed),
@@ -503,7 +525,7 @@ def _tear_down():
     # What flannel served here, read before its files and state go.
     served = leftovers.ServedNetwork(
         networks=leftovers.pod_networks(confirmed, paths.SUBNET_ENV),
-        cni_network_name=adoption.cni_network_name(paths.CNI_CONFLIST, state.cni_network_name))
+        cni_network_name=_cni_network_name())
     options = _options()
     damaged = state.problem("record")   # watch_inputs, this hook
     left = teardown.tear_down(
@@ -524,6 +546,11 @@ def _tear_down():
             damaged, ", ".join(left)))
     else:
         hookenv.status_set("maintenance", "Flannel removed.")
+
+
+def _cni_network_name() -> str:
+    """flannel's CNI network name: host-local's table is named after it."""
+    return adoption.cni_network_name(paths.CNI_CONFLIST, _state().cni_network_name)
 
 
 def _log(message: str, warning: bool = False) -> None:
@@ -715,9 +742,54 @@ def watch_inputs():
 hookenv.atstart(watch_inputs)
 
 
-def assess_status():
+def keep_pods_startable(lease) -> None:
+    """With flanneld on its lease, flannel's old gateways leave cni0
+    (pod_bridge.settle_on_lease): whatever changed the lease (it expired
+    while flannel was away, the network changed, etcd was rebuilt), the
+    bridge plugin refuses every new pod while one is there. Run at the end
+    of every hook, just before the status is set from the same lease."""
+    state = _state()
+    confirmed = state.confirmed_network
+    if (lease is None or not confirmed or not is_flag_set(SERVICE_RUNNING)
+            or is_flag_set(SERIES_UPGRADE) or is_flag_set(RECORD_DAMAGED)
+            or not pod_bridge.exists()):
+        _problem("bridge", None)
+        _problem("bridge-stale", None)
+        return
+    network, subnet_len, _ = daemon.network_shape(confirmed)
+    ipv6 = daemon.ipv6_shape(confirmed)
+    if not lease.leased_in(network, subnet_len, ipv6):
+        return   # flanneld is leasing anew: its subnet.env is of the old network
+    served = [network] + ([ipv6[0]] if ipv6 else []) + [
+        served for served, _ in leftovers.lease_networks(lease)]
+    try:
+        settled = pod_bridge.settle_on_lease(
+            lease.gateways, pod_bridge.FlannelsMarks(networks=tuple(served)), _cni_network_name)
+    except (OSError, ValueError, subprocess.SubprocessError) as error:
+        _log("Could not look at {}: {}".format(pod_bridge.POD_BRIDGE, error), True)
+        return
+    for address in settled.removed:
+        _log("Took {} off {}: it is the gateway of an earlier lease, and the bridge plugin "
+             "refuses new pods beside it; pods of that subnet must be recreated".format(
+                 address, pod_bridge.POD_BRIDGE), True)
+    _problem("bridge", settled.problem)
+    _problem("bridge-stale", "{} still holds flannel's old gateway {}: no new pod starts "
+             "until it goes (tried again at every hook)".format(
+                 pod_bridge.POD_BRIDGE, ", ".join(map(str, settled.failed)))
+             if settled.failed else None)
+
+
+def finish_hook():
+    """After every handler: the bridge settled on flanneld's lease, then the
+    status worked out from that same lease."""
     if is_flag_set(STOPPED):
         return
+    lease = read_lease(paths.SUBNET_ENV)
+    keep_pods_startable(lease)
+    assess_status(lease)
+
+
+def assess_status(lease):
     state = _state()
     try:
         parse_options(_config())
@@ -728,6 +800,7 @@ def assess_status():
         config_problem = str(invalid)
     confirmed = state.confirmed_network
     running = is_flag_set(SERVICE_RUNNING)
+    cni_configured = is_flag_set(CNI_CONFIGURED)
     status = assess(Observations(
         record_problem=state.problem("record"),
         series_upgrade=is_flag_set(SERIES_UPGRADE),
@@ -747,8 +820,11 @@ def assess_status():
         # network etcd confirmed: no etcd round trip in an idle hook.
         cidr=daemon.network_shape(confirmed)[0] if confirmed else None,
         ipv6_cidr=_ipv6_network(confirmed),
-        subnet=read_lease(paths.SUBNET_ENV),
-        cni_problem=cni.chain_problem() if is_flag_set(CNI_CONFIGURED) else None,
+        subnet=lease,
+        cni_problem=(cni.chain_problem() or cni.runtime_config_problem()
+                     or state.problem("bridge")) if cni_configured else None,
+        bridge_pending=state.problem("bridge-stale") if cni_configured else None,
+        cni_configured=cni_configured,
     ))
     # update-status skips a status-set that would change nothing; any other
     # hook sets it (the bootstrap, or Juju before install, may have set
@@ -760,4 +836,4 @@ def assess_status():
     state.status = current
 
 
-hookenv.atexit(assess_status)
+hookenv.atexit(finish_hook)

@@ -40,6 +40,7 @@ from collections import Counter
 import os
 import secrets
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -102,6 +103,33 @@ for value, meta in client.get_prefix(prefix):
     k = meta["key"]
     out[k.decode() if isinstance(k, bytes) else k] = [value.decode(), int(meta["version"])]
 print(json.dumps(out))
+"""
+
+# Delete every key under a prefix, in etcd's v3 keyspace and, where etcd
+# serves it, its v2 one (flannel v0.11's); run inside etcd's namespace, as
+# _ETCD_READ. Prints the keys deleted as a JSON list.
+_ETCD_DELETE = """
+import json, sys, requests, etcd3gw
+host, port, ca, cert, key, prefix = sys.argv[1:7]
+session = requests.Session()
+session.trust_env = False
+session.verify = ca
+session.cert = (cert, key)
+client = etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https",
+                             session=session, timeout=5)
+gone = []
+for value, meta in client.get_prefix(prefix):
+    k = meta["key"]
+    k = k.decode() if isinstance(k, bytes) else k
+    if client.delete(k):
+        gone.append(k)
+url = "https://" + (f"[{host}]" if ":" in host else host) + f":{port}/v2/keys" + prefix
+listed = session.get(url, params={"recursive": "true"}, timeout=5)
+if listed.status_code == 200:
+    for node in listed.json()["node"].get("nodes") or []:
+        session.delete(url.rsplit(prefix, 1)[0] + node["key"], timeout=5).raise_for_status()
+        gone.append("v2:" + node["key"])
+print(json.dumps(gone))
 """
 
 # The same through etcd's v2 API (flannel v0.11's keyspace): {key: [value,
@@ -626,6 +654,40 @@ class Cluster:
                    "-c", _ETCD_READ, host.strip("[]"), port, str(pki.ca_cert),
                    str(pki.client_cert), str(pki.client_key), prefix], timeout=30).stdout
         return {key: (value, version) for key, (value, version) in json.loads(out).items()}
+
+    def expire_leases(self) -> list[str]:
+        """Every node's lease leaves etcd, as when a day passes without
+        flanneld renewing it (a lease lives 24 h), in etcd's v2 keyspace
+        too: the keys deleted ("v2:" before a v2 one)."""
+        pki = self.etcd.pki
+        host, port = self.etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+        out = run(["ip", "netns", "exec", self.network.netns_for(ETCD), sys.executable,
+                   "-c", _ETCD_DELETE, host.strip("[]"), port, str(pki.ca_cert),
+                   str(pki.client_cert), str(pki.client_key), f"{NETWORK_PREFIX}/subnets/"],
+                  timeout=30).stdout
+        return json.loads(out)
+
+    def rebuild_etcd_empty(self) -> None:
+        """etcd loses its data and starts again empty (a disaster recovery
+        without a backup); its address and certificates stay."""
+        self.etcd.stop()
+        shutil.rmtree(self.etcd.data_dir)
+        self.etcd.start()
+
+    def settle_watching(self, after_hooks: Callable[[list], None]) -> list:
+        """settle(), a few hooks at a time: after each batch (at most one hook
+        per machine, as they ran at once) `after_hooks(runs)` looks at the
+        model and the machines before anything else runs. Returns every
+        hook run."""
+        ran: list = []
+        while True:
+            start = len(self.controller.hook_log)
+            batch = self.controller.settle(
+                stop_before=lambda entry: len(self.controller.hook_log) > start)
+            if not batch:
+                return ran
+            ran += batch
+            after_hooks(batch)
 
     def etcd_v2_values(self, prefix: str = NETWORK_PREFIX) -> dict[str, tuple]:
         """Every key under `prefix` in etcd's v2 keyspace (flannel v0.11's),

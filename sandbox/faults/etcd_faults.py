@@ -13,7 +13,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import shutil
 import stat
 import statistics
 import time
@@ -341,10 +340,7 @@ def etcd_data_wiped(bench: FaultBench) -> Outcome:
     bench.deploy()
     before = subnets(bench)
     config = bench.cluster.network_config()
-    etcd = bench.cluster.etcd
-    etcd.stop()
-    shutil.rmtree(etcd.data_dir)
-    etcd.start()
+    bench.cluster.rebuild_etcd_empty()
     problems = []
     if bench.cluster.etcd_values():
         problems.append("etcd still held flannel's keys after the wipe (the row proves nothing)")

@@ -1,7 +1,12 @@
 """Unit-test fixtures: one real TLS etcd on 127.0.0.1 for the whole session."""
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import socket
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -84,3 +89,37 @@ class SilentMember(str):
                 return count
             conn.close()
             count += 1
+
+
+@contextlib.contextmanager
+def open_netns():
+    """A throwaway network namespace with lo up (root, unshare): gives
+    run(argv), which runs a command inside it and returns its stdout;
+    run.path is the namespace's /proc path (for nsenter or CNI_NETNS)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a network namespace needs root and unshare")
+    holder = subprocess.Popen(["unshare", "-n", "sleep", "600"])
+    path = f"/proc/{holder.pid}/ns/net"
+    for _ in range(500):   # unshare has made the namespace once its net ns differs
+        if os.path.exists(path) and os.readlink(path) != os.readlink("/proc/self/ns/net"):
+            break
+        time.sleep(0.01)
+
+    def run(argv, **kwargs):
+        return subprocess.run(["nsenter", f"--net={path}", *map(str, argv)], check=True,
+                              capture_output=True, text=True, timeout=60, **kwargs).stdout
+
+    run.path = path
+    try:
+        run(["ip", "link", "set", "lo", "up"])
+        yield run
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.fixture
+def netns():
+    """open_netns() for one test."""
+    with open_netns() as run:
+        yield run

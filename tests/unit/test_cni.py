@@ -3,10 +3,12 @@ a real directory, as the principal and the charm leave them.
 
 On main there was no such check (ImportError: charms.flannel.cni), and the
 unit stayed active while pods failed with libcni's "failed to find plugin"."""
+import json
 from pathlib import Path
 
 import pytest
 
+from charms.flannel import cni
 from charms.flannel.cni import CHAIN, chain_problem
 
 
@@ -65,3 +67,68 @@ def test_the_cni_relation_carries_both_pod_networks_ipv4_first():
     dual = network_config(parse_options({"cidr": "10.1.0.0/16", "ipv6-cidr": "fd10:1::/56"}))
     assert published_cidr(v4) == "10.1.0.0/16"
     assert published_cidr(dual) == "10.1.0.0/16,fd10:1::/56"
+
+
+# --- the config the container runtime loads first -----------------------------------------
+
+FLANNEL_CONFLIST = {"name": "CDK-flannel-network", "cniVersion": "0.3.1",
+                    "plugins": [{"type": "flannel", "delegate": {"isDefaultGateway": True}},
+                                {"type": "portmap", "capabilities": {"portMappings": True}}]}
+
+
+def conf_dir(tmp_path, **files) -> Path:
+    """/etc/cni/net.d with flannel's conflist and `files` (name -> text; a
+    value starting with "->" is a symlink to the rest)."""
+    d = tmp_path / "net.d"
+    d.mkdir()
+    (d / "10-flannel.conflist").write_text(json.dumps(FLANNEL_CONFLIST))
+    for name, text in files.items():
+        name = name.replace("_", "-") + (".conflist" if "." not in name else "")
+        if text.startswith("->"):
+            (d / name).symlink_to(text[2:])
+        else:
+            (d / name).write_text(text)
+    return d
+
+
+def test_flannel_s_conflist_alone_loads(tmp_path):
+    assert cni.runtime_config_problem(conf_dir(tmp_path)) is None
+
+
+def test_a_link_to_flannel_s_conflist_loads(tmp_path):
+    """kubernetes-worker links 05-default.conflist (the reactive worker) or
+    01-default.conflist (the ops principals) to the CNI's file."""
+    linked = conf_dir(tmp_path, **{"05_default": "->10-flannel.conflist"})
+    assert cni.runtime_config_problem(linked) is None
+
+
+@pytest.mark.parametrize("files, said", [
+    ({"05_default": "->10-flannel.conflist.gone"}, "is a link to the missing"),
+    ({"01_broken": "{not json"}, "is not JSON"),
+    ({"01_empty": json.dumps({"name": "x", "plugins": []})}, "lists no plugin"),
+    ({"01_untyped": json.dumps({"name": "x", "plugins": [{}]})}, "has a plugin without a type"),
+    ({"01-conf.conf": json.dumps({"name": "x"})}, "has no plugin type"),
+])
+def test_a_config_before_flannel_s_that_does_not_load_stops_every_pod(tmp_path, files, said):
+    problem = cni.runtime_config_problem(conf_dir(tmp_path, **files))
+    assert said in problem and "starts no pod" in problem
+
+
+def test_a_broken_file_after_flannel_s_or_of_another_kind_is_never_read(tmp_path):
+    d = conf_dir(tmp_path, **{"99_broken": "{", "00-notes.txt": "{"})
+    assert cni.runtime_config_problem(d) is None
+
+
+def test_another_network_first_is_the_operator_s_choice(tmp_path):
+    multus = {"name": "multus-cni-network", "type": "multus", "delegates": [FLANNEL_CONFLIST]}
+    d = conf_dir(tmp_path, **{"00-multus.conf": json.dumps(multus)})
+    assert cni.runtime_config_problem(d) is None
+
+
+def test_flannel_s_conflist_broken_or_gone_is_named(tmp_path):
+    d = conf_dir(tmp_path)
+    (d / "10-flannel.conflist").write_text('{"name": "CDK-flannel-network"')
+    assert "10-flannel.conflist is not JSON" in cni.runtime_config_problem(d)
+    (d / "10-flannel.conflist").unlink()
+    assert "10-flannel.conflist is missing" in cni.runtime_config_problem(
+        d, d / "10-flannel.conflist")

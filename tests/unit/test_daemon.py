@@ -3,11 +3,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import shutil
 import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -27,33 +23,7 @@ def subnet_env(network: str, subnet: str) -> str:
             "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n")
 
 
-# --- stale_bridge_addresses ------------------------------------------------------
-
-def test_an_address_of_the_old_cidr_is_stale():
-    assert daemon.stale_bridge_addresses([inet("10.1.52.1", 24)], NET, 24) == ["10.1.52.1/24"]
-
-
-def test_the_gateway_of_a_lease_in_the_new_cidr_is_kept():
-    assert daemon.stale_bridge_addresses([inet("10.3.7.1", 24)], NET, 24) == []
-
-
-def test_another_lease_length_is_stale_even_inside_the_cidr():
-    assert daemon.stale_bridge_addresses([inet("10.3.7.1", 24)], NET, 26) == ["10.3.7.1/24"]
-
-
-def test_ipv6_and_odd_entries_are_left_alone():
-    entries = [{"family": "inet6", "local": "fe80::1", "prefixlen": 64},
-               {"family": "inet"},                       # no address at all
-               inet("10.1.52.1", 24), inet("10.3.9.1", 24)]
-    assert daemon.stale_bridge_addresses(entries, NET, 24) == ["10.1.52.1/24"]
-
-
-def test_a_wider_cidr_than_the_old_one_keeps_its_leases():
-    wide = ipaddress.IPv4Network("10.0.0.0/8")
-    assert daemon.stale_bridge_addresses([inet("10.1.52.1", 24)], wide, 24) == []
-
-
-# --- forget_old_network, with `ip` answered by a fake ----------------------------------
+# --- forget_old_network, on a real bridge and real vxlan devices in a namespace ---------
 
 def vxlan(name: str, vni: int, mtu: int = 1450) -> dict:
     return {"ifname": name, "mtu": mtu,
@@ -75,98 +45,116 @@ def test_vxlan_link_name_follows_the_vni():
     assert daemon.vxlan_link_name(4097) == "flannel.4097"
 
 
-class FakeIp:
-    """Answers `ip -j addr show dev BRIDGE` and `ip -j -d link show`, and
-    records `ip addr del` and `ip link delete`."""
+class Node:
+    """A network namespace as flanneld and the bridge plugin left it."""
 
-    def __init__(self, addresses=None, links=(), bridge_mtu=1450):
-        self.addresses = addresses   # None: the bridge does not exist
-        self.bridge_mtu = bridge_mtu
-        self.links = list(links)
-        self.deleted = []
-        self.links_deleted = []
-        self.mtu_set = []
+    def __init__(self, run):
+        self.run = run
 
-    def __call__(self, argv, **kwargs):
-        if argv == ["ip", "-j", "-d", "link", "show"]:
-            return subprocess.CompletedProcess(argv, 0, json.dumps(self.links), "")
-        if argv[:3] == ["ip", "link", "delete"]:
-            self.links_deleted.append(argv[3])
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        if argv[:4] == ["ip", "-j", "addr", "show"]:
-            if self.addresses is None:
-                return subprocess.CompletedProcess(argv, 1, "", 'Device "cni0" does not exist.')
-            link = {"ifname": argv[-1], "mtu": self.bridge_mtu, "addr_info": self.addresses}
-            return subprocess.CompletedProcess(argv, 0, json.dumps([link]), "")
-        if argv[:3] == ["ip", "link", "set"] and argv[-2] == "mtu":
-            self.bridge_mtu = int(argv[-1])
-            self.mtu_set.append((argv[4], int(argv[-1])))
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        if argv[:3] == ["ip", "addr", "del"]:
-            self.deleted.append((argv[3], argv[-1]))
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        raise AssertionError(f"unexpected command {argv}")
+    def bridge(self, *addresses: str, mtu: int = 1450) -> "Node":
+        self.run(["ip", "link", "add", "cni0", "mtu", str(mtu), "type", "bridge"])
+        for address in addresses:
+            self.run(["ip", "addr", "add", address, "dev", "cni0"]
+                     + (["nodad"] if ":" in address else []))
+        return self
+
+    def vxlan(self, name: str, vni: int, mtu: int = 1450) -> "Node":
+        self.run(["ip", "link", "add", name, "mtu", str(mtu), "type", "vxlan", "id", str(vni),
+                  "dstport", "8472"])
+        return self
+
+    def pod(self) -> "Node":
+        self.run(["ip", "link", "add", "vethpod", "type", "veth", "peer", "name", "vethpodp"])
+        self.run(["ip", "link", "set", "vethpod", "master", "cni0"])
+        return self
+
+    def addresses(self) -> list[str]:
+        shown = json.loads(self.run(["ip", "-j", "addr", "show", "dev", "cni0"]))
+        return sorted(f"{a['local']}/{a['prefixlen']}" for a in shown[0]["addr_info"]
+                      if a.get("scope") != "link")
+
+    def links(self) -> dict[str, int]:
+        return {link["ifname"]: link["mtu"]
+                for link in json.loads(self.run(["ip", "-j", "link", "show"]))}
+
+    def bridge_mtu(self) -> int:
+        return self.links()["cni0"]
 
 
 @pytest.fixture
-def fake_ip(monkeypatch):
-    def install(addresses=None, links=(), bridge_mtu=1450):
-        fake = FakeIp(addresses, links, bridge_mtu)
-        monkeypatch.setattr(daemon.subprocess, "run", fake)
-        return fake
-    return install
+def node(netns):
+    return Node(netns)
 
 
-def test_cidr_change_drops_the_old_gateway_and_the_old_subnet_env(fake_ip, tmp_path):
-    fake = fake_ip([inet("10.1.52.1", 24)])
+def forget(node: Node, env: Path, vxlan_link, network=NET, subnet_len=24, **kwargs):
+    return daemon.forget_old_network(network, subnet_len, env, vxlan_link, run=node.run,
+                                     **kwargs)
+
+
+def test_cidr_change_drops_the_old_gateway_and_the_old_subnet_env(node, tmp_path):
+    node.bridge("10.1.52.1/24")
     env = tmp_path / "subnet.env"
     env.write_text(subnet_env("10.1.0.0/16", "10.1.52.1/24"))
-    gone = daemon.forget_old_network(NET, 24, env, "flannel.1")
+    gone = forget(node, env, "flannel.1")
     assert gone.bridge_addresses == ["10.1.52.1/24"] and gone.subnet_env and gone
-    assert fake.deleted == [("10.1.52.1/24", "cni0")]
-    assert not env.exists()
+    assert node.addresses() == [] and not env.exists()
 
 
-def test_vni_change_deletes_the_old_vxlan_device_only(fake_ip, tmp_path):
-    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1), vxlan("vx0", 1)])
-    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.4097")
+def test_a_unit_back_with_no_subnet_env_and_no_pod_drops_flannel_s_gateway(node, tmp_path):
+    """A unit added back after its lease expired (removal took subnet.env):
+    flanneld will lease anew, and the bridge plugin would refuse the new
+    gateway beside the old one. An address of no flannel network stays."""
+    node.bridge("10.3.29.1/24", "192.168.9.1/24")
+    gone = forget(node, tmp_path / "subnet.env", "flannel.1")
+    assert gone.bridge_addresses == ["10.3.29.1/24"]
+    assert node.addresses() == ["192.168.9.1/24"]
+
+
+def test_a_unit_back_with_pods_on_the_bridge_keeps_their_gateway_for_now(node, tmp_path):
+    node.bridge("10.3.29.1/24").pod()
+    assert not forget(node, tmp_path / "subnet.env", "flannel.1").bridge_addresses
+    assert node.addresses() == ["10.3.29.1/24"]
+
+
+def test_vni_change_deletes_the_old_vxlan_device_only(node, tmp_path):
+    node.bridge("10.3.7.1/24").vxlan("flannel.1", 1).vxlan("vx0", 7)
+    env = tmp_path / "subnet.env"
+    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = forget(node, env, "flannel.4097")
     assert gone.vxlan_links == ["flannel.1"] and gone
-    assert fake.links_deleted == ["flannel.1"]
-    assert fake.deleted == []
+    assert "flannel.1" not in node.links() and "vx0" in node.links()
+    assert node.addresses() == ["10.3.7.1/24"]
 
 
-def test_an_mtu_change_recreates_the_device_flanneld_would_reuse(fake_ip, tmp_path):
-    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1450)])
-    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     pod_mtu=1350)
-    assert gone.vxlan_links == ["flannel.1"] and fake.links_deleted == ["flannel.1"]
+def test_an_mtu_change_recreates_the_device_flanneld_would_reuse(node, tmp_path):
+    node.vxlan("flannel.1", 1, mtu=1450)
+    gone = forget(node, tmp_path / "subnet.env", "flannel.1", pod_mtu=1350)
+    assert gone.vxlan_links == ["flannel.1"] and "flannel.1" not in node.links()
 
 
-def test_the_bridge_gets_the_pods_new_mtu(fake_ip, tmp_path):
-    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
-                   bridge_mtu=1350)
-    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     pod_mtu=8950)
-    assert gone.bridge_mtu == (1350, 8950) and fake.mtu_set == [("cni0", 8950)]
+def test_the_bridge_gets_the_pods_new_mtu(node, tmp_path):
+    node.bridge("10.3.7.1/24", mtu=1350).vxlan("flannel.1", 1, mtu=1350)
+    env = tmp_path / "subnet.env"
+    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = forget(node, env, "flannel.1", pod_mtu=8950)
+    assert gone.bridge_mtu == (1350, 8950) and node.bridge_mtu() == 8950
 
 
-def test_host_gw_pods_get_the_interface_mtu_and_the_bridge_follows(fake_ip, tmp_path):
+def test_host_gw_pods_get_the_interface_mtu_and_the_bridge_follows(node, tmp_path):
     config = {"Network": "10.3.0.0/16", "Backend": {"Type": "host-gw"}}
     assert daemon.pod_mtu(config, 1500) == 1500
     assert daemon.pod_mtu({"Backend": {"Type": "vxlan", "MTU": 1400}}, 1500) == 1350
-    fake = fake_ip([inet("10.3.7.1", 24)], bridge_mtu=1350)   # left from vxlan
-    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", None,
-                                     pod_mtu=daemon.pod_mtu(config, 1500))
-    assert gone.bridge_mtu == (1350, 1500) and fake.mtu_set == [("cni0", 1500)]
+    node.bridge("10.3.7.1/24", mtu=1350)   # left from vxlan
+    gone = forget(node, tmp_path / "subnet.env", None, pod_mtu=daemon.pod_mtu(config, 1500))
+    assert gone.bridge_mtu == (1350, 1500) and node.bridge_mtu() == 1500
 
 
-def test_the_device_with_the_wanted_mtu_is_kept(fake_ip, tmp_path):
-    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1, mtu=1350)],
-                   bridge_mtu=1350)
-    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1",
-                                     pod_mtu=1350)
-    assert gone.vxlan_links == [] and fake.links_deleted == [] and fake.mtu_set == []
-    assert not gone
+def test_the_device_with_the_wanted_mtu_is_kept(node, tmp_path):
+    node.bridge("10.3.7.1/24", mtu=1350).vxlan("flannel.1", 1, mtu=1350)
+    env = tmp_path / "subnet.env"
+    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = forget(node, env, "flannel.1", pod_mtu=1350)
+    assert not gone and "flannel.1" in node.links()
 
 
 @pytest.mark.parametrize("config, underlay, device", [
@@ -180,57 +168,53 @@ def test_the_vxlan_device_mtu_flanneld_makes(config, underlay, device):
     assert daemon.vxlan_device_mtu(config, underlay) == device
 
 
-def test_a_backend_without_vxlan_keeps_no_vxlan_device(fake_ip, tmp_path):
-    fake = fake_ip(None, links=[vxlan("flannel.1", 1)])
-    assert daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", None).vxlan_links \
-        == ["flannel.1"]
-    assert fake.links_deleted == ["flannel.1"]
+def test_a_backend_without_vxlan_keeps_no_vxlan_device(node, tmp_path):
+    node.vxlan("flannel.1", 1)
+    assert forget(node, tmp_path / "subnet.env", None).vxlan_links == ["flannel.1"]
+    assert "flannel.1" not in node.links()
 
 
-def test_delete_vxlan_links_on_stop_deletes_every_vni(fake_ip):
-    fake = fake_ip(None, links=LINKS)
-    assert daemon.delete_vxlan_links() == ["flannel.1", "flannel.4097", "flannel-v6.1"]
-    assert fake.links_deleted == ["flannel.1", "flannel.4097", "flannel-v6.1"]
+def test_delete_vxlan_links_on_stop_deletes_every_vni(node):
+    node.vxlan("flannel.1", 1).vxlan("flannel.4097", 4097).vxlan("flannel-v6.1", 11)
+    node.vxlan("vx0", 7)
+    assert sorted(daemon.delete_vxlan_links(run=node.run)) == \
+        ["flannel-v6.1", "flannel.1", "flannel.4097"]
+    assert "vx0" in node.links() and not any(n.startswith("flannel") for n in node.links())
 
 
-def test_same_network_touches_nothing(fake_ip, tmp_path):
-    fake = fake_ip([inet("10.3.7.1", 24)], links=[vxlan("flannel.1", 1)])
+def test_same_network_touches_nothing(node, tmp_path):
+    node.bridge("10.3.7.1/24").vxlan("flannel.1", 1)
     env = tmp_path / "subnet.env"
     env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
-    gone = daemon.forget_old_network(NET, 24, env, "flannel.1")
-    assert not gone
-    assert fake.deleted == [] and fake.links_deleted == []
+    assert not forget(node, env, "flannel.1")
+    assert node.addresses() == ["10.3.7.1/24"] and "flannel.1" in node.links()
     assert env.exists()
 
 
-def test_subnet_len_change_drops_the_lease_of_the_old_length(fake_ip, tmp_path):
-    fake = fake_ip([inet("10.3.7.1", 24)])
+def test_subnet_len_change_drops_the_lease_of_the_old_length(node, tmp_path):
+    node.bridge("10.3.7.1/24")
     env = tmp_path / "subnet.env"
     env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
-    gone = daemon.forget_old_network(NET, 26, env, "flannel.1")
-    assert fake.deleted == [("10.3.7.1/24", "cni0")]
+    gone = forget(node, env, "flannel.1", subnet_len=26)
+    assert gone.bridge_addresses == ["10.3.7.1/24"] and node.addresses() == []
     assert gone.subnet_env and not env.exists()
 
 
-def test_no_bridge_and_no_subnet_env_yet(fake_ip, tmp_path):
-    fake = fake_ip(None)
-    gone = daemon.forget_old_network(NET, 24, tmp_path / "subnet.env", "flannel.1")
-    assert not gone and fake.deleted == []
+def test_no_bridge_and_no_subnet_env_yet(node, tmp_path):
+    assert not forget(node, tmp_path / "subnet.env", "flannel.1")
 
 
-def test_an_incomplete_subnet_env_is_flanneld_s_business(fake_ip, tmp_path):
-    fake_ip(None)
+def test_an_incomplete_subnet_env_is_flanneld_s_business(node, tmp_path):
     env = tmp_path / "subnet.env"
     env.write_text("FLANNEL_NETWORK=10.1.0.0/16\n")   # flanneld still writing it
-    assert not daemon.forget_old_network(NET, 24, env, "flannel.1")
+    assert not forget(node, env, "flannel.1")
     assert env.exists()
 
 
-def test_a_garbled_subnet_env_goes(fake_ip, tmp_path):
-    fake_ip(None)
+def test_a_garbled_subnet_env_goes(node, tmp_path):
     env = tmp_path / "subnet.env"
     env.write_text(subnet_env("10.1.0.0/16", "not-an-address"))
-    assert daemon.forget_old_network(NET, 24, env, "flannel.1").subnet_env
+    assert forget(node, env, "flannel.1").subnet_env
     assert not env.exists()
 
 
@@ -239,52 +223,54 @@ DUAL_ENV = (subnet_env("10.3.0.0/16", "10.3.7.1/24")
             + "FLANNEL_IPV6_NETWORK=fd10:1::/56\nFLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n")
 
 
-def inet6(address: str, prefixlen: int) -> dict:
-    return {"family": "inet6", "local": address, "prefixlen": prefixlen, "scope": "global"}
-
-
-def test_ipv6_gateways_outside_the_ipv6_network_or_with_ipv6_off_are_stale():
-    entries = [inet6("fd10:1:0:5::1", 64), inet6("fd20::1", 64), inet6("fd10:1:0:6::1", 80),
-               {"family": "inet6", "local": "fe80::1", "prefixlen": 64, "scope": "link"}]
-    assert daemon.stale_bridge_addresses(entries, NET, 24, IPV6) == \
-        ["fd20::1/64", "fd10:1:0:6::1/80"]
-    assert daemon.stale_bridge_addresses(entries, NET, 24, None) == \
-        ["fd10:1:0:5::1/64", "fd20::1/64", "fd10:1:0:6::1/80"]
+@pytest.mark.parametrize("address, ipv6, fits", [
+    ("10.3.7.1/24", None, True),
+    ("10.1.52.1/24", None, False),       # the old cidr
+    ("10.3.7.1/26", None, False),        # another lease length
+    ("fd10:1:0:5::1/64", IPV6, True),
+    ("fd10:1:0:5::1/64", None, False),   # IPv6 off
+    ("fd20::1/64", IPV6, False),
+    ("fd10:1:0:6::1/80", IPV6, False),
+])
+def test_could_be_gateway(address, ipv6, fits):
+    assert daemon.could_be_gateway(ipaddress.ip_interface(address), NET, 24, ipv6) is fits
 
 
 @pytest.mark.parametrize("env_text, ipv6", [
     (subnet_env("10.3.0.0/16", "10.3.7.1/24"), IPV6),   # IPv6 turned on
     (DUAL_ENV, None),                                   # IPv6 turned off
 ])
-def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(fake_ip, tmp_path,
+def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(node, tmp_path,
                                                                       env_text, ipv6):
     """flanneld drops a lease of the other shape and leases every node anew,
     IPv4 subnet included: the old IPv4 gateway, inside the network, would
-    make the bridge plugin refuse the new one."""
+    make the bridge plugin refuse the new one. Pods on the bridge or not."""
     was_dual = ipv6 is None
-    fake = fake_ip([inet("10.3.7.1", 24)] + ([inet6("fd10:1:0:5::1", 64)] if was_dual else []),
-                   links=[vxlan("flannel.1", 1)] + ([vxlan("flannel-v6.1", 1)] if was_dual
-                                                    else []))
+    node.bridge(*["10.3.7.1/24"] + (["fd10:1:0:5::1/64"] if was_dual else [])).pod()
+    node.vxlan("flannel.1", 1)
+    if was_dual:
+        node.vxlan("flannel-v6.1", 11, mtu=1430)
     env = tmp_path / "subnet.env"
     env.write_text(env_text)
-    gone = daemon.forget_old_network(NET, 24, env, "flannel.1", ipv6=ipv6)
+    gone = forget(node, env, "flannel.1", ipv6=ipv6)
     assert gone.subnet_env and not env.exists() and gone.old_lease is not None
-    assert sorted(fake.deleted) == [("10.3.7.1/24", "cni0")] + (
-        [("fd10:1:0:5::1/64", "cni0")] if was_dual else [])
-    assert fake.links_deleted == (["flannel-v6.1"] if was_dual else [])
+    assert sorted(gone.bridge_addresses) == ["10.3.7.1/24"] + (
+        ["fd10:1:0:5::1/64"] if was_dual else [])
+    assert node.addresses() == []
+    assert "flannel-v6.1" not in node.links() and "flannel.1" in node.links()
 
 
-def test_a_dual_stack_node_on_its_network_touches_nothing(fake_ip, tmp_path):
+def test_a_dual_stack_node_on_its_network_touches_nothing(node, tmp_path):
     """flannel-v6.1 is 20 bytes smaller than the pods' MTU (Linux caps it at
     the interface's less 70): compared with the pods' MTU it was deleted at
     every restart, and IPv6 pod traffic dropped each time."""
-    fake = fake_ip([inet("10.3.7.1", 24), inet6("fd10:1:0:5::1", 64)],
-                   links=[vxlan("flannel.1", 1, mtu=1450), vxlan("flannel-v6.1", 1, mtu=1430)])
+    node.bridge("10.3.7.1/24", "fd10:1:0:5::1/64").vxlan("flannel.1", 1, mtu=1450)
+    node.vxlan("flannel-v6.1", 11, mtu=1430)
     env = tmp_path / "subnet.env"
     env.write_text(DUAL_ENV)
-    assert not daemon.forget_old_network(NET, 24, env, "flannel.1", ipv6=IPV6, pod_mtu=1450,
-                                         underlay_mtu=1500)
-    assert fake.deleted == [] and fake.links_deleted == [] and env.exists()
+    assert not forget(node, env, "flannel.1", ipv6=IPV6, pod_mtu=1450, underlay_mtu=1500)
+    assert node.addresses() == ["10.3.7.1/24", "fd10:1:0:5::1/64"]
+    assert {"flannel.1", "flannel-v6.1"} <= set(node.links()) and env.exists()
 
 
 @pytest.mark.parametrize("pod_mtu, underlay, v6_device", [
@@ -295,49 +281,6 @@ def test_a_dual_stack_node_on_its_network_touches_nothing(fake_ip, tmp_path):
 ])
 def test_the_ipv6_vxlan_device_mtu_flanneld_gets(pod_mtu, underlay, v6_device):
     assert daemon.vxlan_v6_device_mtu(pod_mtu, underlay) == v6_device
-
-
-# --- on a real bridge, in a network namespace of the test's own ----------------------
-
-_IN_NETNS = """
-import ipaddress, sys
-sys.path[:0] = [sys.argv[1]]
-from charms.flannel import daemon
-gone = daemon.forget_old_network(ipaddress.IPv4Network(sys.argv[2]), int(sys.argv[3]),
-                                 sys.argv[4], sys.argv[5])
-print(",".join(gone.bridge_addresses), ",".join(gone.vxlan_links))
-"""
-
-
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="needs root and iproute2 for a network namespace")
-def test_real_bridge_in_a_namespace(tmp_path):
-    netns = f"fltest-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        ip = ["ip", "-n", netns]
-        subprocess.run(ip + ["link", "add", "cni0", "type", "bridge"], check=True)
-        subprocess.run(ip + ["addr", "add", "10.1.52.1/24", "dev", "cni0"], check=True)
-        subprocess.run(ip + ["addr", "add", "10.3.7.1/24", "dev", "cni0"], check=True)
-        for name, vni, port in (("flannel.1", 1, 8472), ("flannel.4097", 4097, 8999),
-                                ("vx0", 7, 4789)):
-            subprocess.run(ip + ["link", "add", name, "type", "vxlan", "id", str(vni),
-                                 "dstport", str(port)], check=True)
-        done = subprocess.run(
-            ["ip", "netns", "exec", netns, sys.executable, "-c", _IN_NETNS, str(ROOT / "lib"),
-             str(NET), "24", str(tmp_path / "subnet.env"), "flannel.4097"],
-            capture_output=True, text=True, check=True)
-        assert done.stdout.split() == ["10.1.52.1/24", "flannel.1"]
-        links = json.loads(subprocess.run(ip + ["-j", "link", "show"], capture_output=True,
-                                          text=True, check=True).stdout)
-        assert {"flannel.4097", "vx0"} <= {link["ifname"] for link in links}
-        assert "flannel.1" not in {link["ifname"] for link in links}
-        left = json.loads(subprocess.run(ip + ["-j", "addr", "show", "dev", "cni0"],
-                                         capture_output=True, text=True, check=True).stdout)
-        assert [a["local"] for a in left[0]["addr_info"] if a["family"] == "inet"] == \
-            ["10.3.7.1"]
-    finally:
-        subprocess.run(["ip", "netns", "delete", netns], check=False)
 
 
 def test_network_shape_reads_what_flanneld_reads():

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from charms.flannel import leftovers
+from charms.flannel import leftovers, pod_bridge
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("iptables-save"),
@@ -159,7 +159,7 @@ def test_an_idle_bridge_of_flannels_network_goes_with_its_empty_table(node, tmp_
     (table / "lock").write_text("")
     removed = leftovers.remove_idle_bridge(SERVED, run=node, tables_dir=tmp_path)
     assert removed == ["bridge cni0", f"host-local table {table}"]
-    assert leftovers.bridge_ports("cni0", node) is None and not table.exists()
+    assert pod_bridge.ports("cni0", node) is None and not table.exists()
 
 
 def test_a_bridge_with_a_pod_on_it_stays_and_so_does_its_table(node, tmp_path):
@@ -169,14 +169,14 @@ def test_a_bridge_with_a_pod_on_it_stays_and_so_does_its_table(node, tmp_path):
     table.mkdir()
     (table / "10.1.52.7").write_text("pod")
     assert leftovers.remove_idle_bridge(SERVED, run=node, tables_dir=tmp_path) == []
-    assert leftovers.bridge_ports("cni0", node) == ["vethpod"] and table.exists()
+    assert pod_bridge.ports("cni0", node) == ["vethpod"] and table.exists()
 
 
 def test_another_networks_idle_cni0_is_not_flannels(node, tmp_path):
     other = leftovers.ServedNetwork(networks=((ipaddress.ip_network("10.7.0.0/16"), 24),),
                                     cni_network_name="../../etc")
     assert leftovers.remove_idle_bridge(other, run=node, tables_dir=tmp_path / "t") == []
-    assert leftovers.bridge_ports("cni0", node) == []
+    assert pod_bridge.ports("cni0", node) == []
 
 
 def test_after_ipv6_is_turned_off_its_rules_and_host_gw_routes_go(node):

@@ -112,3 +112,23 @@ def test_a_lease_of_the_other_ipv6_shape_is_negotiating_not_active(subnet, ipv6_
     seen = Observations(**{**HEALTHY, "subnet": subnet, "ipv6_cidr": ipv6_cidr})
     assert (assess(seen).state, assess(seen).message) == (
         "waiting", "Negotiating flannel network subnet.")
+
+
+def test_flannel_s_old_gateway_still_on_cni0_is_waiting_not_active():
+    pending = "cni0 still holds flannel's old gateway 10.1.29.1/24: no new pod starts"
+    status = assess(Observations(**HEALTHY, bridge_pending=pending))
+    assert (status.state, status.message) == ("waiting", pending)
+
+
+def test_an_address_on_cni0_that_is_not_flannel_s_blocks():
+    foreign = "cni0 holds 192.168.9.1/24, which is not flannel's"
+    status = assess(Observations(**HEALTHY, cni_problem=foreign, bridge_pending="x"))
+    assert (status.state, status.message) == ("blocked", foreign)
+
+
+def test_before_the_conflist_is_handed_to_the_principal_no_pod_can_start():
+    """flanneld on its lease, etcd's hooks first: the cni relation's hooks
+    have not run yet, so there is no flannel network config on the node."""
+    status = assess(Observations(**HEALTHY, cni_configured=False))
+    assert (status.state, status.message) == ("waiting",
+                                              "Waiting for the principal on the cni relation.")

@@ -9,6 +9,7 @@ unit's status says it instead (LP #1866869).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -32,6 +33,64 @@ def chain_problem(bin_dir: Path = paths.CNI_BIN_DIR) -> Optional[str]:
         if not os.access(path, os.X_OK):
             return (f'CNI plugin "{name}" in {bin_dir} is not executable '
                     f'(provided by {provider})')
+    return None
+
+
+# The files libcni takes for network configs (ConfFiles in containerd's go-cni).
+CONFIG_EXTENSIONS = (".conf", ".conflist", ".json")
+
+
+def runtime_config_problem(conf_dir: Path = paths.CNI_CONF_DIR,
+                           ours: Path = paths.CNI_CONFLIST) -> Optional[str]:
+    """A network config the container runtime fails on before it reaches a
+    network, as a status message; None when it loads one. containerd (go-cni)
+    reads conf_dir's files in name order until one gives a network, and
+    gives up on the first that does not load: a dangling link or bad JSON
+    sorted before flannel's conflist stops every pod on the node. A config of
+    another network that loads first (Multus's, say) is the operator's
+    choice, not a problem."""
+    try:
+        names = sorted(n for n in os.listdir(conf_dir) if n.endswith(CONFIG_EXTENSIONS))
+    except OSError:
+        names = []
+    for name in names:
+        path = conf_dir / name
+        if path.is_dir():
+            continue
+        why = _load_problem(path)
+        if why:
+            return f"CNI config {path} {why}: the container runtime starts no pod"
+        return None
+    return f"CNI config {ours} is missing: the container runtime starts no pod"
+
+
+def _load_problem(path: Path) -> Optional[str]:
+    """Why libcni would not load a config file (ConfListFromFile,
+    ConfFromFile), None if it would."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return f"is a link to the missing {os.readlink(path)}" if path.is_symlink() \
+            else "is gone"
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        return f"is not JSON ({error})"
+    if not isinstance(config, dict):
+        return "is not a JSON object"
+    if path.suffix == ".conflist":
+        plugins = config.get("plugins")
+        if not isinstance(config.get("name"), str) or not config.get("name"):
+            return "names no network"
+        if not isinstance(plugins, list) or not plugins:
+            return "lists no plugin"
+        if not all(isinstance(p, dict) and p.get("type") for p in plugins):
+            return "has a plugin without a type"
+        return None
+    if not config.get("type"):
+        return "has no plugin type"
     return None
 
 

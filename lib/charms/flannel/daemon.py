@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from . import pod_bridge
 from .options import VXLAN_OVERHEAD
 from .subnet import SubnetEnv, read_subnet_env
 
@@ -22,9 +23,6 @@ VXLAN_V6_EXTRA_OVERHEAD = 20
 
 VXLAN_LINK = "flannel.1"   # with the default VNI 1
 _FLANNEL_VXLAN = re.compile(r"flannel(-v6)?\.\d+")
-# The bridge the flannel CNI plugin's delegate (bridge) puts pods on; it
-# holds the gateway address of this node's lease.
-POD_BRIDGE = "cni0"
 _VERSION = re.compile(r"v?\d+\.\d+\.\d+[\w.+-]*")
 
 
@@ -124,7 +122,8 @@ def vxlan_v6_device_mtu(pod_mtu: Optional[int], underlay_mtu: Optional[int]) -> 
     return min(pod_mtu, underlay_mtu - VXLAN_OVERHEAD - VXLAN_V6_EXTRA_OVERHEAD)
 
 
-def delete_vxlan_links(keep: Optional[dict[str, Optional[int]]] = None) -> list[str]:
+def delete_vxlan_links(keep: Optional[dict[str, Optional[int]]] = None,
+                       run: Optional[pod_bridge.Run] = None) -> list[str]:
     """Delete flanneld's vxlan devices but those `keep` names (and those too
     if their MTU is not keep[name], when that is not None); returns the
     names deleted.
@@ -136,57 +135,32 @@ def delete_vxlan_links(keep: Optional[dict[str, Optional[int]]] = None) -> list[
     would carry on with the old MTU while pods get the new one. And nothing
     of flanneld's removes flannel-v6.<VNI> when IPv6 is turned off.
     """
+    run = run or pod_bridge.run_command
     keep = keep or {}
-    shown = subprocess.run(["ip", "-j", "-d", "link", "show"], capture_output=True,
-                           text=True, check=True)
-    links = json.loads(shown.stdout or "[]")
+    links = json.loads(run(["ip", "-j", "-d", "link", "show"]) or "[]")
     mtus = {link.get("ifname"): link.get("mtu") for link in links}
     gone = []
     for name in flannel_vxlan_links(links):
         wanted_mtu = keep.get(name)
         if name not in keep or (wanted_mtu is not None and mtus.get(name) != wanted_mtu):
-            deleted = subprocess.run(["ip", "link", "delete", name], capture_output=True,
-                                     text=True)
-            if deleted.returncode != 0 and "Cannot find device" not in deleted.stderr:
-                raise subprocess.CalledProcessError(deleted.returncode, deleted.args,
-                                                    deleted.stdout, deleted.stderr)
+            try:
+                run(["ip", "link", "delete", name])
+            except subprocess.CalledProcessError as error:
+                if "Cannot find device" not in (error.stderr or ""):
+                    raise
             gone.append(name)  # (or gone by itself meanwhile)
     return gone
 
 
-def stale_bridge_addresses(addr_info: Iterable[dict], network: ipaddress.IPv4Network,
-                           subnet_len: int,
-                           ipv6: Optional[tuple[ipaddress.IPv6Network, int]] = None) -> list[str]:
-    """The addresses ("10.1.52.1/24") among a link's `ip -j addr` addr_info
-    entries that cannot be the gateway of a lease in `network` (IPv4) or in
-    `ipv6` ((IPv6Network, IPv6SubnetLen); None: IPv4 only, and every global
-    IPv6 address is stale): outside it, or with another prefix length than
-    the subnets' (flanneld only keeps a lease of the configured length).
-    Link-local IPv6 addresses are the kernel's, never stale."""
-    stale = []
-    for entry in addr_info:
-        if entry.get("family") not in ("inet", "inet6") or "local" not in entry:
-            continue
-        default_len = 128 if entry["family"] == "inet6" else 32
-        address = ipaddress.ip_interface(f"{entry['local']}/{entry.get('prefixlen', default_len)}")
-        if address.version == 4:
-            fits = address.network.prefixlen == subnet_len and address.network.subnet_of(network)
-        elif address.ip.is_link_local or entry.get("scope") == "link":
-            continue
-        else:
-            fits = ipv6 is not None and address.network.prefixlen == ipv6[1] \
-                and address.network.subnet_of(ipv6[0])
-        if not fits:
-            stale.append(str(address))
-    return stale
-
-
-def delete_bridge_address(address: str, bridge: str = POD_BRIDGE) -> bool:
-    """Remove a lease's gateway address ("10.1.52.1/24") from the pods'
-    bridge; True if it was there. Once the lease is given back, the next one
-    differs, and the bridge plugin refuses a bridge holding another address."""
-    done = subprocess.run(["ip", "addr", "del", address, "dev", bridge], capture_output=True)
-    return done.returncode == 0
+def could_be_gateway(address, network: ipaddress.IPv4Network, subnet_len: int,
+                     ipv6: Optional[tuple[ipaddress.IPv6Network, int]] = None) -> bool:
+    """Whether a bridge address ("10.1.52.1/24") can be the gateway of a
+    lease of a network config: inside the network of its family, with the
+    subnets' prefix length (flanneld only keeps a lease of that length)."""
+    if address.version == 4:
+        return address.network.prefixlen == subnet_len and address.network.subnet_of(network)
+    return ipv6 is not None and address.network.prefixlen == ipv6[1] \
+        and address.network.subnet_of(ipv6[0])
 
 
 @dataclass
@@ -205,26 +179,30 @@ class Forgotten:
 
 
 def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
-                       subnet_env: Path, vxlan_link: Optional[str],
-                       bridge: str = POD_BRIDGE, pod_mtu: Optional[int] = None,
+                       subnet_env: Path, vxlan_link: Optional[str], *,
+                       network_name: Callable[[], str] = lambda: "",
+                       pod_mtu: Optional[int] = None,
                        ipv6: Optional[tuple[ipaddress.IPv6Network, int]] = None,
-                       underlay_mtu: Optional[int] = None) -> Forgotten:
+                       underlay_mtu: Optional[int] = None,
+                       run: Optional[pod_bridge.Run] = None) -> Forgotten:
     """While flanneld is stopped, before it starts again: drop what belongs
     to a previous network. `ipv6` is the new network's (IPv6Network,
     IPv6SubnetLen), None for IPv4 only; `underlay_mtu` the MTU of the
-    interface flanneld sends on (flannel-v6.<VNI>'s MTU follows from it).
+    interface flanneld sends on (flannel-v6.<VNI>'s MTU follows from it);
+    `network_name()` flannel's CNI network name (pod_bridge: whose an
+    address on the bridge is).
 
     - subnet.env, if it describes another network, lease length or IPv6
       setting: until flanneld writes the new one, the flannel CNI plugin
       would hand out old addresses (and put the old gateway back on the
-      bridge).
-    - The bridge's addresses that cannot be a gateway in the new network,
-      and the gateways of the dropped subnet.env's lease: the bridge plugin
-      refuses to add the new lease's gateway to a bridge that holds another
-      IPv4 address ('"cni0" already has an IP address different from ...'),
-      so without this a cidr change needs a reboot (LP #1932551); and
-      turning IPv6 on or off makes flanneld lease every node anew (it drops
-      a lease of the other shape), IPv4 subnet included.
+      bridge). flanneld drops a lease that does not fit and leases anew
+      (a cidr change, IPv6 turned on or off: the IPv4 subnet changes too).
+    - flannel's addresses on the pods' bridge that cannot be the coming
+      lease's gateway (pod_bridge.settle_before_start): the bridge plugin
+      refuses to put a new gateway on a bridge that holds another IPv4
+      address ('"cni0" already has an IP address different from ...'), so
+      without this a cidr change needs a reboot (LP #1932551). The bridge's
+      MTU follows `pod_mtu`.
     - flanneld's vxlan devices other than `vxlan_link` (the one of the new
       VNI; None for a backend without one) and, with IPv6, its
       flannel-v6.<VNI>: a VNI change renames them, IPv6 turned off leaves
@@ -232,14 +210,11 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
       `pod_mtu` gives them (when known; pods get flannel.<VNI>'s MTU, and
       flannel-v6.<VNI> is at most 20 bytes smaller): an `mtu` change,
       which flanneld would not apply to a device it finds.
-    - The bridge's MTU, set to `pod_mtu` (FLANNEL_MTU) if it is another:
-      the bridge plugin sets it only when it creates the bridge, and a bridge
-      left smaller than the pods turns their large packets from other nodes
-      away ("fragmentation needed").
 
-    Nothing is touched when both already fit the network, so calling this on
-    every (re)start is harmless.
+    Nothing is touched when all of it already fits the network, so calling
+    this on every (re)start is harmless.
     """
+    run = run or pod_bridge.run_command
     gone = Forgotten()
     try:
         env = read_subnet_env(subnet_env)
@@ -252,26 +227,17 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
             or (ipv6 is not None and env.ipv6_network != ipv6[0]))
     if gone.subnet_env:
         gone.old_lease = env
-    shown = subprocess.run(["ip", "-j", "addr", "show", "dev", bridge],
-                           capture_output=True, text=True)
-    if shown.returncode == 0 and shown.stdout.strip():   # no bridge: no pod yet
-        links = json.loads(shown.stdout)
-        addr_info = [a for link in links for a in link.get("addr_info", [])]
-        stale = stale_bridge_addresses(addr_info, network, subnet_len, ipv6)
-        held = {f"{a.get('local')}/{a.get('prefixlen')}" for a in addr_info}
-        stale += [str(gateway) for gateway in (env.gateways if gone.old_lease else ())
-                  if str(gateway) in held and str(gateway) not in stale]
-        for address in stale:
-            subprocess.run(["ip", "addr", "del", address, "dev", bridge],
-                           check=True, capture_output=True)
-            gone.bridge_addresses.append(address)
-        bridge_mtu = links[0].get("mtu") if links else None
-        if pod_mtu is not None and bridge_mtu is not None and bridge_mtu != pod_mtu:
-            # (a refusal leaves the bridge as it was: new pods still start)
-            done = subprocess.run(["ip", "link", "set", "dev", bridge, "mtu", str(pod_mtu)],
-                                  capture_output=True)
-            if done.returncode == 0:
-                gone.bridge_mtu = (bridge_mtu, pod_mtu)
+    served = [network] + ([ipv6[0]] if ipv6 else [])
+    if env is not None:
+        served += [env.network] + ([env.ipv6_network] if env.ipv6_network else [])
+    bridge = pod_bridge.settle_before_start(
+        pod_bridge.FlannelsMarks(networks=tuple(served)), network_name,
+        kept=env.gateways if env is not None and not gone.subnet_env else (),
+        dropped=env.gateways if gone.old_lease is not None else (),
+        could_be_gateway=lambda address: could_be_gateway(address, network, subnet_len, ipv6),
+        pod_mtu=pod_mtu, run=run)
+    gone.bridge_addresses = [str(address) for address in bridge.removed]
+    gone.bridge_mtu = bridge.mtu
     if gone.subnet_env:
         os.unlink(subnet_env)
     keep_mtu: dict[str, Optional[int]] = {}
@@ -280,7 +246,7 @@ def forget_old_network(network: ipaddress.IPv4Network, subnet_len: int,
         if ipv6:
             keep_mtu[vxlan_link.replace("flannel.", "flannel-v6.", 1)] = \
                 vxlan_v6_device_mtu(pod_mtu, underlay_mtu)
-    gone.vxlan_links = delete_vxlan_links(keep=keep_mtu)
+    gone.vxlan_links = delete_vxlan_links(keep=keep_mtu, run=run)
     return gone
 
 

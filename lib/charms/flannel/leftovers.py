@@ -40,13 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from . import pod_bridge
 from .adoption import HOST_LOCAL_TABLES, is_address
 from .daemon import ipv6_shape, network_shape
 from .subnet import SubnetEnv, read_lease
 
 CHAIN_PREFIX = "FLANNEL-"
 # the bridge whose routes and addresses belong to the pods still running
-POD_BRIDGE = "cni0"
+POD_BRIDGE = pod_bridge.POD_BRIDGE
 # libcni's rule for a network name (it names host-local's table directory)
 _CNI_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
@@ -256,47 +257,30 @@ def remove_pod_network_routes(networks: Iterable[tuple], run: Run = run_command)
     return removed
 
 
-def bridge_ports(bridge: str = POD_BRIDGE, run: Run = run_command) -> Optional[list[str]]:
-    """The links enslaved to `bridge` (the pods' veths), None if no such bridge."""
-    try:
-        run(["ip", "-j", "link", "show", "dev", bridge])
-    except subprocess.CalledProcessError:
-        return None
-    shown = json.loads(run(["ip", "-j", "link", "show", "master", bridge]) or "[]")
-    return sorted(link.get("ifname", "") for link in shown)
-
-
 def remove_idle_bridge(served: ServedNetwork, run: Run = run_command,
                        bridge: str = POD_BRIDGE,
                        tables_dir: Path = HOST_LOCAL_TABLES) -> list[str]:
     """With no pod left on the pod network's bridge: delete the bridge if it
-    is flannel's (an address inside a network flannel served), and
+    is flannel's (an address of its flannel's, pod_bridge.FlannelsMarks), and
     host-local's table of flannel's CNI network if it holds no address.
     Returns what went, for the log; nothing while a pod is attached."""
-    ports = bridge_ports(bridge, run)
-    if ports:
+    attached = pod_bridge.ports(bridge, run)
+    if attached:
         return []
     removed = []
-    if ports is not None and _holds_served_address(run, bridge, served):
-        run(["ip", "link", "delete", bridge])
-        removed.append(f"bridge {bridge}")
     name = served.cni_network_name
+    if attached is not None:
+        shown = pod_bridge.read_bridge(bridge, run)
+        marks = pod_bridge.FlannelsMarks(
+            networks=tuple(network for network, _ in served.networks),
+            handed_out=pod_bridge.handed_out(name, tables_dir) if _CNI_NAME.fullmatch(
+                name or "") else ())
+        if shown is not None and any(marks.covers(address) for address in shown.addresses):
+            pod_bridge.delete(bridge, run)
+            removed.append(f"bridge {bridge}")
     table = tables_dir / name
     if _CNI_NAME.fullmatch(name or "") and name not in (".", "..") and table.is_dir():
         if not any(is_address(entry) for entry in os.listdir(table)):
             shutil.rmtree(table, ignore_errors=True)
             removed.append(f"host-local table {table}")
     return removed
-
-
-def _holds_served_address(run: Run, bridge: str, served: ServedNetwork) -> bool:
-    shown = json.loads(run(["ip", "-j", "addr", "show", "dev", bridge]) or "[]")
-    for link in shown:
-        for info in link.get("addr_info", []):
-            try:
-                address = ipaddress.ip_address(info.get("local", ""))
-            except ValueError:
-                continue
-            if any(address.version == n.version and address in n for n, _ in served.networks):
-                return True
-    return False

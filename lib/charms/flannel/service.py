@@ -7,6 +7,7 @@ when what it reads changed, and only then.
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,6 +50,7 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
                        underlay_mtu: Optional[int] = None,
                        moved: Callable[[Optional[str], str], None] = lambda old, new: None,
                        drop_v011_rules: bool = False,
+                       network_name: Callable[[], str] = lambda: "",
                        log: Log = lambda message: None,
                        subnet_env: Path = paths.SUBNET_ENV) -> bool:
     """(Re)start flanneld if its inputs changed since it last started, or it
@@ -58,7 +60,8 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     flanneld sends on, tells which vxlan device MTU the config means when
     it names none), and if flanneld moves to another interface
     (a new public IP) `moved(old, new)` runs, to give its lease back so that
-    it takes the same subnet again. With drop_v011_rules (a node refreshed
+    it takes the same subnet again; `network_name()` is flannel's CNI
+    network name (whose an address on the pods' bridge is). With drop_v011_rules (a node refreshed
     from a flanneld of etcd v2's era) flannel v0.11's iptables rules for
     the pod network go too."""
     digest = flanneld_inputs(record, files, confirmed)
@@ -71,7 +74,8 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     ipv6 = daemon.ipv6_shape(confirmed)
     forgotten = daemon.forget_old_network(
         network, subnet_len, subnet_env, daemon.vxlan_link_name(vni) if vni else None,
-        pod_mtu=daemon.pod_mtu(confirmed, underlay_mtu), ipv6=ipv6, underlay_mtu=underlay_mtu)
+        network_name=network_name, pod_mtu=daemon.pod_mtu(confirmed, underlay_mtu), ipv6=ipv6,
+        underlay_mtu=underlay_mtu)
     if forgotten:
         log("Dropped what the previous network left: {}".format(forgotten))
     if forgotten.old_lease is not None:
@@ -92,4 +96,5 @@ def restart_if_changed(record: InstallRecord, state: UnitState, systemd: Systemd
     state.flanneld_iface = iface
     systemd.do("start", SERVICE)
     state.flanneld_inputs = digest
+    state.flanneld_started = int(time.time())
     return True

@@ -16,6 +16,7 @@ WAITING_FOR_ETCD = "Waiting for etcd relation."
 NEGOTIATING = "Negotiating flannel network subnet."
 SERIES_UPGRADE = "Series upgrade in progress"
 SERVICE_FAILING = "flannel.service is failing: flanneld exited after start (journalctl -u flannel)"
+WAITING_FOR_CNI = "Waiting for the principal on the cni relation."
 RECORD_ADVICE = "no file is changed; remove and re-add flannel (unproven files stay)"
 
 
@@ -45,7 +46,15 @@ class Observations:
     cidr: Optional[ipaddress.IPv4Network] = None  # the network etcd confirmed
     ipv6_cidr: Optional[ipaddress.IPv6Network] = None  # its IPv6 network (dual-stack)
     subnet: Optional[SubnetEnv] = None
-    cni_problem: Optional[str] = None  # a plugin of the CNI chain missing (cni.chain_problem)
+    # the conflist is written and published to the principal (before that,
+    # the container runtime has no flannel network to start a pod on)
+    cni_configured: bool = True
+    # what stops every new pod: a plugin of the CNI chain missing
+    # (cni.chain_problem), a config the runtime fails on, an address on cni0
+    # that is not flannel's (pod_bridge)
+    cni_problem: Optional[str] = None
+    # flannel's old gateway still on cni0 (taken off at the next hook)
+    bridge_pending: Optional[str] = None
 
 
 def assess(seen: Observations) -> Status:
@@ -73,9 +82,13 @@ def assess(seen: Observations) -> Status:
         if seen.service_started:
             return Status("waiting", SERVICE_FAILING)
         return Status("waiting", "Waiting for flannel.service to start.")
+    if not seen.cni_configured:
+        return Status("waiting", WAITING_FOR_CNI)
     if seen.cni_problem:
         # flanneld is fine, but no pod on this node can start.
         return Status("blocked", seen.cni_problem)
+    if seen.bridge_pending:
+        return Status("waiting", seen.bridge_pending)
     subnet = seen.subnet
     # A subnet.env left from before a cidr change (or IPv6 turned on or
     # off) is stale until flanneld leases anew; claiming it would be a lie.

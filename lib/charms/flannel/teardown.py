@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import daemon, leftovers, paths
+from . import daemon, leftovers, paths, pod_bridge
 from .credentials import ClientFiles
 from .install_record import InstallRecord
 from .options import backend_change_pending
@@ -123,5 +123,5 @@ def release_lease_for_backend_change(*, wanted: Optional[dict], confirmed: Optio
     # The next lease differs (whoever gave this one back): its gateway could
     # not join a bridge holding this one.
     for gateway in env.gateways:
-        daemon.delete_bridge_address(str(gateway))
+        pod_bridge.delete_address(gateway)
     return subnet if released else None

@@ -12,7 +12,8 @@ from typing import Any, Optional
 PROBLEM_PREFIX = "flannel.problem."
 # The areas a problem is recorded for; assess_status shows the most
 # actionable one (status.py).
-PROBLEM_AREAS = ("record", "resource", "cidr", "network", "iface", "etcd")
+PROBLEM_AREAS = ("record", "resource", "cidr", "network", "iface", "mtu", "ipv6", "etcd",
+                 "bridge")
 
 
 class _Key:
@@ -69,6 +70,10 @@ class UnitState:
     binding_interface = _Key(
         "flannel.binding-interface", "network-get's answer, asked again on any hook but "
         "update-status.")
+    flanneld_started = _Key(
+        "flannel.flanneld-started",
+        "When the charm last started flanneld (seconds since the epoch): a flanneld that "
+        "has written no subnet.env a minute after is restarted by update-status.")
     flanneld_iface = _Key(
         "flannel.flanneld-iface",
         "The interface flanneld was last started on: a new one is a new public IP, under "
