@@ -2,8 +2,9 @@
 
     with Cluster(charm_dir, resource, workers=2) as cluster:   # up() / down()
         # worker_generation="reactive" (the worker of LP #1866869, the default)
-        # or "ops" (today's); control_plane=True adds a kubernetes-control-plane
-        # machine ("cp", ops) related to etcd and, with flannel, to flannel:cni;
+        # or "ops" (the ops kubernetes-worker); control_plane=True adds a
+        # kubernetes-control-plane machine ("cp", ops) related to etcd and,
+        # with flannel, to flannel:cni;
         # etcd_v2=True has etcd serve its v2 API too (flannel v0.11's);
         # auto_retry=False: a failed hook waits for controller.resolve();
         # worker_runtime_ready=False: the reactive worker extracts its
@@ -29,7 +30,7 @@ namespace of its own, one machine (net + mount namespaces) per worker (and for
 the control plane) running the built charm's hooks, flanneld under systemctl,
 pods via cnitool. Emulated: Juju only (sandbox.juju): the controller, the etcd
 charm, kubernetes-worker and kubernetes-control-plane (sandbox.juju.principals
-for today's ops charms, sandbox.juju.apps.KubernetesWorkerApp for the reactive
+for the ops charms, sandbox.juju.apps.KubernetesWorkerApp for the reactive
 worker of the bug report).
 """
 from __future__ import annotations
@@ -82,14 +83,13 @@ WORKER_PLUGINS = CNI_PLUGINS
 WORKER_GENERATIONS = ("reactive", "ops")
 NETWORK_PREFIX = "/coreos.com/network"
 SUBNET_ENV = "/run/flannel/subnet.env"
-# the unit file the charm writes (lib/charms/flannel/paths.py)
+# the unit file the charm writes (lib/charms/flannel/facts/paths.py)
 UNIT_FILE = "/lib/systemd/system/flannel.service"
 
-# Run inside etcd's namespace (the host has no route to the test network):
-# etcd3gw with a session that trusts only the sandbox CA, whatever
-# REQUESTS_CA_BUNDLE says, and a timeout. Prints {key: [value, version]} as
-# JSON (version: how many times the key was written since it was created).
-_ETCD_READ = """
+# An etcd3gw client inside etcd's namespace (the host has no route to the
+# test network) with a session that trusts only the sandbox CA, whatever
+# REQUESTS_CA_BUNDLE says, and a timeout.
+_ETCD_CLIENT = """
 import json, sys, requests, etcd3gw
 host, port, ca, cert, key, prefix = sys.argv[1:7]
 session = requests.Session()
@@ -98,6 +98,10 @@ session.verify = ca
 session.cert = (cert, key)
 client = etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https",
                              session=session, timeout=5)
+"""
+# Prints {key: [value, version]} as JSON (version: how many times the key
+# was written since it was created).
+_ETCD_READ = _ETCD_CLIENT + """
 out = {}
 for value, meta in client.get_prefix(prefix):
     k = meta["key"]
@@ -108,15 +112,7 @@ print(json.dumps(out))
 # Delete every key under a prefix, in etcd's v3 keyspace and, where etcd
 # serves it, its v2 one (flannel v0.11's); run inside etcd's namespace, as
 # _ETCD_READ. Prints the keys deleted as a JSON list.
-_ETCD_DELETE = """
-import json, sys, requests, etcd3gw
-host, port, ca, cert, key, prefix = sys.argv[1:7]
-session = requests.Session()
-session.trust_env = False
-session.verify = ca
-session.cert = (cert, key)
-client = etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https",
-                             session=session, timeout=5)
+_ETCD_DELETE = _ETCD_CLIENT + """
 gone = []
 for value, meta in client.get_prefix(prefix):
     k = meta["key"]
@@ -535,8 +531,9 @@ class Cluster:
 
     def default_conflist_link(self, machine: str, stem: str = "01-default") -> Optional[str]:
         """Where /etc/cni/net.d/<stem>.conflist points on `machine` (the
-        principal's link to the CNI's conflist: 01-default today's control
-        plane's, 05-default the 2020 worker's), None if it is no link."""
+        principal's link to the CNI's conflist: 01-default the ops control
+        plane's, 05-default that of the reactive kubernetes-worker of 2020),
+        None if it is no link."""
         cp = self.machines[machine].run(["readlink", f"/etc/cni/net.d/{stem}.conflist"],
                                         check=False)
         return cp.stdout.strip() or None if cp.returncode == 0 else None
@@ -727,8 +724,8 @@ class NodeState:
 
     def gained_since(self, before: "NodeState", *, pods_stay: bool = True) -> list[str]:
         """What this node holds that it did not `before`. With pods_stay,
-        what the pods still running keep is left out (README, "What a node
-        keeps"): their bridge cni0 with its address and route, their veths,
+        what the pods still running keep is left out (docs/explanation/
+        what-a-node-keeps.md): their bridge cni0 with its address and route, their veths,
         and their port-mapping chains (portmap's CNI-*)."""
         def kept(text: str) -> bool:
             if not pods_stay:

@@ -11,7 +11,7 @@ and images live in ``<machine state dir>/containerd`` (the state root is the
 host's directory inside every machine), and its pods' cgroups under
 ``/flsb-cri/<machine netns>`` of every cgroup hierarchy.
 
-Traps passed (``docs/REFERENCE`` section 9 of the project notes):
+Traps passed (docs/reference/flanneld.md):
 
 - The machine's ``/sys`` is its own sysfs, without the host's cgroup mounts,
   and runc needs them: :func:`mount_cgroups` replays the host's

@@ -1,7 +1,7 @@
 """The user's scenario, played end to end in the sandbox (the README's main job).
 
 Deploy flannel as Charmed Kubernetes does, on a kubernetes-control-plane
-machine and two kubernetes-worker machines (today's ops principals by default,
+machine and two kubernetes-worker machines (the ops principals by default,
 `--worker-generation reactive` for the worker of the bug report); show every
 principal and flannel unit active; start a CRI pod on each machine
 (containerd's CRI plugin, as kubelet makes them: sandbox.cri) and ping across
@@ -143,7 +143,7 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print, *,
 def main(argv: list[str]) -> int:
     parser = charm_parser("demo", __doc__)
     parser.add_argument("--worker-generation", choices=WORKER_GENERATIONS, default="ops",
-                        help="today's ops kubernetes-worker (default) or the reactive one "
+                        help="the ops kubernetes-worker (default) or the reactive one "
                              "of the bug report")
     args = parser.parse_args(argv)
     resource = resource_for(args)

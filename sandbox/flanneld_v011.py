@@ -1,5 +1,5 @@
 """flanneld v0.11.0, the flanneld of the bug report's cluster, built from the
-Go module proxy (REFERENCE §10).
+Go module proxy (docs/explanation/etcd-v2-clusters.md).
 
 charm-flannel at f79f180 shipped flannel v0.11.0, which speaks only etcd's v2
 API. v0.11.0 predates Go modules: its tree has glide.lock and a vendor/

@@ -1,4 +1,4 @@
-"""The charm this project replaces (charm-flannel), as units carry it today.
+"""The charm this project replaces (charm-flannel), as deployed units carry it.
 
     charm = old_charm_dir(workdir / "old", "a69755c")   # or "f79f180"
     tarball = old_resource(resource, workdir / "old-resource", "a69755c")
@@ -65,7 +65,7 @@ ETCDCTL_PLACEHOLDER = b"#!/bin/sh\necho 'etcdctl (charm-flannel resource)' >&2\n
 
 METADATA = """\
 name: flannel
-summary: charm-flannel as deployed today (sandbox stand-in, revision {revision})
+summary: charm-flannel as deployed (sandbox stand-in, revision {revision})
 description: The previous flannel charm's end state, for refresh tests.
 subordinate: true
 series: [jammy]

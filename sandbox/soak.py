@@ -1,4 +1,4 @@
-"""The soak (issue 11 item 10): remove/add cycles of the flannel:cni /
+"""The soak: remove/add cycles of the flannel:cni /
 kubernetes-worker:cni relation with pods and a background ping, and the leak
 counters after each cycle.
 

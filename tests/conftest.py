@@ -2,10 +2,11 @@
 
 - The charm's lib/ (charms.flannel) and the repo root (sandbox) are importable.
 - Tiers run cheapest first, whatever order pytest collected them in: unit,
-  packaging, sandbox_juju (the emulated Juju), sandbox (its real parts),
-  functional, integration. After a tier with a failure no later tier runs
-  (FLANNEL_TEST_KEEP_GOING=1 runs them anyway): a broken unit test is
-  reported in seconds, not after the functional tier.
+  handlers (the reactive module in-process), packaging, sandbox_juju (the
+  emulated Juju), sandbox (its real parts), functional, integration. After
+  a tier with a failure no later tier runs (FLANNEL_TEST_KEEP_GOING=1 runs
+  them anyway): a broken unit test is reported in seconds, not after the
+  functional tier.
 - Every test has a time limit (pytest-timeout, by tier, unless the test sets
   its own with @pytest.mark.timeout): a hang becomes a failure with the
   stack where it hung.
@@ -31,10 +32,11 @@ for entry in (ROOT, ROOT / "lib"):
 
 from sandbox import profile  # noqa: E402
 
-TIERS = ("unit", "packaging", "sandbox_juju", "sandbox", "functional", "integration")
+TIERS = ("unit", "handlers", "packaging", "sandbox_juju", "sandbox", "functional",
+         "integration")
 # seconds per test, fixtures included (a cold cache builds the charm or the
 # Go binaries inside the first test that needs them)
-TIME_LIMITS = {"unit": 120, "packaging": 900, "sandbox_juju": 300, "sandbox": 900,
+TIME_LIMITS = {"unit": 120, "handlers": 120, "packaging": 900, "sandbox_juju": 300, "sandbox": 900,
                "functional": 1500, "integration": 3600}
 KEEP_GOING_ENV = "FLANNEL_TEST_KEEP_GOING"
 

@@ -1,13 +1,13 @@
 """Requires side of the ``kubernetes-cni`` interface (scope: container).
 
 The principal is kubernetes-worker or kubernetes-control-plane, either the
-ops charms of today or the older reactive ones. What a principal publishes
-varies with its age, so every key is optional here:
+ops charms or the reactive ones that preceded them. What a principal
+publishes varies with its generation, so every key is optional here:
 
-- ``kubeconfig-hash``: sha256 of the principal's kubeconfig (current);
+- ``kubeconfig-hash``: sha256 of the principal's kubeconfig (the ops charms);
 - ``service-cidr``: the Kubernetes service network (control plane only);
 - ``image-registry``: the registry images should come from;
-- ``is_master``, ``kubeconfig_path``: published by older principals.
+- ``is_master``, ``kubeconfig_path``: published by the reactive principals.
 
 The subordinate (this side) publishes, as plain strings on its unit databag,
 ``cidr`` (the pod network) and ``cni-conf-file`` (the file name in
@@ -17,7 +17,8 @@ Flags (``{endpoint_name}`` is the endpoint's name in metadata.yaml, e.g. cni):
 
 - ``{endpoint_name}.connected``: the principal unit is joined;
 - ``{endpoint_name}.kubeconfig.changed``: set when the principal's
-  kubeconfig-hash differs from the last one seen; the charm clears it.
+  kubeconfig-hash differs from the last one seen (this charm reads no
+  kubeconfig, and leaves it set).
 
 The framework's own ``endpoint.{endpoint_name}.joined`` and
 ``endpoint.{endpoint_name}.changed.<key>`` flags are there as usual.
@@ -90,15 +91,15 @@ class CNIRequires(Endpoint):
         return self._first("image-registry")
 
     def kubeconfig_path(self):
-        """The kubeconfig path older principals published, or None."""
+        """The kubeconfig path the reactive principals published, or None."""
         return self._first("kubeconfig_path")
 
     def is_control_plane(self):
         """Whether the principal is a control-plane unit.
 
-        Older principals say so with ``is_master`` ("True"/"False", which
-        wins when present); current ones publish ``service-cidr`` only from
-        the control plane.
+        The reactive principals say so with ``is_master`` ("True"/"False",
+        which wins when present); the ops ones publish ``service-cidr`` only
+        from the control plane.
         """
         is_master = self._first("is_master")
         if is_master is not None:

@@ -1,5 +1,5 @@
 """The fault bench: one started sandbox cluster, the fault rows' registry,
-and the checks every row makes after its fault (issue 11).
+and the checks every row makes after its fault.
 
 A row is `def row_fn(bench: FaultBench) -> Outcome`, registered with
 `@row("name")`. It gets a fresh two-machine cluster (etcd and
@@ -35,7 +35,7 @@ from sandbox.network import ping_from_netns
 from sandbox.pod import Pod
 from sandbox.waiting import wait_for
 
-# Where the charm writes (lib/charms/flannel/paths.py) and the names of its
+# Where the charm writes (lib/charms/flannel/facts/paths.py) and the names of its
 # files there: a file of these names that the record does not claim is an
 # unrecorded file of the charm's.
 CHARM_FILES = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
@@ -45,7 +45,7 @@ CHARM_FILES = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
 CHARM_DIRS = sorted({str(PurePosixPath(p).parent) for p in CHARM_FILES})
 ETCD_KEY = "/etc/ssl/flannel/client-key.pem"
 WORKER_BIN = "/opt/cni/bin"
-RECORD_DIR = "flannel-install-record"  # beside the unit's charm dir (paths.install_record_dir)
+RECORD_DIR = "flannel-install-record"  # beside the unit's charm dir (facts/paths.py)
 
 
 @dataclass
@@ -229,8 +229,9 @@ class FaultBench:
         return self._machine_of(unit).read_file(str(record / "originals" / path.lstrip("/")))
 
     def principals_flannel(self, machine: str) -> Optional[bytes]:
-        """The flannel plugin the principal on `machine` ships itself (the
-        2020 worker's), None for today's principals, which ship none."""
+        """The flannel plugin the principal on `machine` ships itself (that
+        of the reactive kubernetes-worker of 2020), None for the ops
+        principals, which ship none."""
         return getattr(self.cluster.principal_app(machine), "flannel", None)
 
     def flannels_file(self, machine: str, path: str) -> bool:

@@ -1,4 +1,4 @@
-"""Fault rows of etcd (issue 11 items 1-3): etcd away during each kind of
+"""Fault rows of etcd (rows 1-3): etcd away during each kind of
 hook, one member of three down, its data wiped, its PKI replaced.
 
 Every row holds the charm to what an operator expects while etcd is away:
@@ -175,19 +175,28 @@ def etcd_down_first_network_config(bench: FaultBench) -> Outcome:
                               etcd_down_problems(bench, mark, seen, "with etcd down"))
 
 
-@row("1c etcd down during a config change")
-def etcd_down_config_change(bench: FaultBench) -> Outcome:
-    """Active with pods; etcd stops; the operator changes the vxlan port: the
-    change waits for etcd, flanneld keeps its lease and the pods their
-    traffic; once etcd is back the change lands by itself."""
-    name = "1c etcd down during a config change"
+@row("1c etcd down during update-status and a config change")
+def etcd_down_update_status_and_config_change(bench: FaultBench) -> Outcome:
+    """Active with pods; etcd stops; update-status must say so (the node's
+    network keeps working: flanneld holds its lease for 24 h); the operator
+    changes the vxlan port: the change waits for etcd, flanneld keeps its
+    lease and the pods their traffic; once etcd is back the change lands by
+    itself."""
+    name = "1c etcd down during update-status and a config change"
     bench.deploy()
     before = subnets(bench)
+    mark = len(bench.ctl.hook_log)
+    update_status(bench)
+    show_durations(bench, mark, "update-status with etcd up")
     bench.cluster.etcd.stop()
+    mark = len(bench.ctl.hook_log)
+    update_status(bench)
+    seen = bench.observe("etcd stopped, update-status")
+    problems = etcd_down_problems(bench, mark, seen, "update-status with etcd down")
     mark = len(bench.ctl.hook_log)
     bench.cluster.configure(port=8475)
     seen = bench.observe("etcd stopped, port changed")
-    problems = etcd_down_problems(bench, mark, seen, "with etcd down")
+    problems += etcd_down_problems(bench, mark, seen, "the config change with etcd down")
     problems += pods_ping(bench, "while etcd was down")
     problems += leases_kept(before, bench, "while etcd was down")
     bench.cluster.etcd.start()
@@ -200,29 +209,6 @@ def etcd_down_config_change(bench: FaultBench) -> Outcome:
     config = bench.cluster.network_config() or {}
     if (config.get("Backend") or {}).get("Port") != 8475:
         problems.append(f"etcd holds {config} after recovery, not port 8475")
-    problems += leases_kept(before, bench, "after recovery")
-    return bench.outcome(name, recovery, problems)
-
-
-@row("1d etcd down during update-status")
-def etcd_down_update_status(bench: FaultBench) -> Outcome:
-    """Active with pods; etcd stops; update-status must say so (the node's
-    network keeps working: flanneld holds its lease for 24 h)."""
-    name = "1d etcd down during update-status"
-    bench.deploy()
-    before = subnets(bench)
-    mark = len(bench.ctl.hook_log)
-    update_status(bench)
-    show_durations(bench, mark, "update-status with etcd up")
-    bench.cluster.etcd.stop()
-    mark = len(bench.ctl.hook_log)
-    update_status(bench)
-    seen = bench.observe("etcd stopped, update-status")
-    problems = etcd_down_problems(bench, mark, seen, "update-status with etcd down")
-    problems += pods_ping(bench, "while etcd was down")
-    problems += leases_kept(before, bench, "while etcd was down")
-    bench.cluster.etcd.start()
-    recovery = bench.recover()
     problems += leases_kept(before, bench, "after recovery")
     return bench.outcome(name, recovery, problems)
 

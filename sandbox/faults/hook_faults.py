@@ -1,4 +1,4 @@
-"""Fault rows of the hooks themselves (issue 11, items 4-6).
+"""Fault rows of the hooks themselves (rows 4-6).
 
 4a-4d  A hook SIGKILLed (its whole process group, as a machine dying
        mid-hook leaves it) at offsets spread over its run, in install,
@@ -129,10 +129,10 @@ def _round_checks(bench: FaultBench, label: str) -> list[str]:
         for path, entry in bench.record(unit).get("files", {}).items():
             if path not in ("/usr/local/bin/flanneld", f"{WORKER_BIN}/flannel"):
                 continue
-            # Nothing stood there before flannel but the 2020 worker's own
-            # flannel plugin: any other original means a retry took the
-            # charm's own earlier file for someone else's, which stop would
-            # then put back.
+            # Nothing stood there before flannel but the flannel plugin of the
+            # reactive kubernetes-worker of 2020: any other original means a
+            # retry took the charm's own earlier file for someone else's,
+            # which stop would then put back.
             theirs = bench.principals_flannel(machine) if path.endswith("/flannel") else None
             kept = bench.kept_original(unit, path) if entry.get("original") else None
             if kept != theirs:
@@ -382,64 +382,79 @@ def _failed_since(bench: FaultBench, since: int) -> list[str]:
             for r in bench.ctl.hook_log[since:] if not r.ok]
 
 
-def _record_damaged(bench: FaultBench, name: str, damage) -> Outcome:
+@row("6 install record truncated (m1) and missing (m2)")
+def record_damaged(bench: FaultBench) -> Outcome:
+    """The record of what flannel installed, truncated on one machine and
+    gone on the other: each unit writes and deletes nothing (blocked, naming
+    its record) through a config change, a refresh and update-status;
+    removed, it leaves the files it cannot prove it wrote and names them;
+    added back, flannel works again."""
+    name = "6 install record truncated (m1) and missing (m2)"
     bench.deploy()
     ctl, cluster = bench.ctl, bench.cluster
-    machine, other = cluster.worker_machines()[:2]
-    unit, m = bench.unit_on(machine), bench.machine(machine)
-    record_file = _record_file(bench, unit)
-    files = {p: m.read_file(p) for p in CHARM_FILES if m.exists(p)}
-    damage(m, record_file)
-    damaged = m.read_file(record_file)
+    damages = dict(zip(cluster.worker_machines()[:2], (_truncate, _delete)))
+    units = {machine: bench.unit_on(machine) for machine in damages}
+    records = {machine: _record_file(bench, units[machine]) for machine in damages}
+    files = {machine: {p: bench.machine(machine).read_file(p) for p in CHARM_FILES
+                       if bench.machine(machine).exists(p)} for machine in damages}
+    for machine, damage in damages.items():
+        damage(bench.machine(machine), records[machine])
+    damaged = {machine: bench.machine(machine).read_file(records[machine])
+               for machine in damages}
     problems = []
-    log_before = len(ctl.unit_log(unit))
+    log_before = {machine: len(ctl.unit_log(units[machine])) for machine in damages}
     since = len(ctl.hook_log)
     # The next hooks, as they come: a config change, a refresh, update-status.
     for hook in ("config-changed", "upgrade-charm", "update-status"):
-        ctl.fire(unit, hook)
+        for unit in units.values():
+            ctl.fire(unit, hook)
         cluster.settle()
         statuses = bench.observe(f"after {hook}")
     problems += _failed_since(bench, since)
-    log = ctl.unit_log(unit)[log_before:]
-    if "Traceback" in log:
-        problems.append(f"{unit}: a traceback in its log: "
-                        f"{log[log.index('Traceback'):][:400]}")
-    if not statuses[unit].startswith("blocked: ") or record_file not in statuses[unit]:
-        problems.append(f"{unit} shows {statuses[unit]!r}: not blocked naming {record_file}")
-    if record_file not in log:
-        problems.append(f"{unit}'s log (juju-log) does not name {record_file}")
-    if m.read_file(record_file) != damaged:
-        problems.append(f"{unit} rewrote its damaged record {record_file} (started over?)")
-    changed = [p for p, data in files.items() if m.read_file(p) != data]
-    if changed:
-        problems.append(f"{unit} changed files while its record was damaged: {changed}")
+    for machine, unit in units.items():
+        m, record_file = bench.machine(machine), records[machine]
+        log = ctl.unit_log(unit)[log_before[machine]:]
+        if "Traceback" in log:
+            problems.append(f"{unit}: a traceback in its log: "
+                            f"{log[log.index('Traceback'):][:400]}")
+        if not statuses[unit].startswith("blocked: ") or record_file not in statuses[unit]:
+            problems.append(f"{unit} shows {statuses[unit]!r}: not blocked naming {record_file}")
+        if record_file not in log:
+            problems.append(f"{unit}'s log (juju-log) does not name {record_file}")
+        if m.read_file(record_file) != damaged[machine]:
+            problems.append(f"{unit} rewrote its damaged record {record_file} (started over?)")
+        changed = [p for p, data in files[machine].items() if m.read_file(p) != data]
+        if changed:
+            problems.append(f"{unit} changed files while its record was damaged: {changed}")
+        log_before[machine] += len(log)
     # The user removes flannel.
     since = len(ctl.hook_log)
     cluster.remove_cni_relation()
     problems += _failed_since(bench, since)
     problems += [f"after removal: {p}" for p in bench.lost_worker_files()]
-    left = sorted(p for p in files if m.exists(p))
-    gone = sorted(p for p in files if not m.exists(p))
-    if gone:
-        problems.append(f"stop on {machine} deleted {gone} though its record could not prove "
-                        f"flannel wrote them")
-    problems += [f"after removal: {other} (record intact) keeps {x}"
-                 for x in _leftovers(bench, other)]
-    stop_log = ctl.unit_log(unit)[len(log) + log_before:]
-    if "Traceback" in stop_log:
-        problems.append(f"{unit}: a traceback in its log while being removed: "
-                        f"{stop_log[stop_log.index('Traceback'):][:400]}")
-    if "removed no file" not in stop_log:
-        problems.append(f"{unit}'s stop did not say (juju-log) that it removed no file")
-    stop_status = [c["args"] for c in ctl.tool_calls(unit)
-                   if c["hook"] == "stop" and c["tool"] == "status-set"]
-    if not stop_status or stop_status[-1][:1] != ["blocked"] or \
-            record_file not in " ".join(stop_status[-1]):
-        problems.append(f"{unit}'s stop status {stop_status[-1:]} does not name {record_file}")
-    # What was left, first in the table's "seen" column (the statuses follow).
-    bench.seen.insert(0, f"left on {machine} (unproven): "
-                         f"{', '.join(Path(p).name for p in left) or 'nothing'}")
-    bench.say(f"   left on {machine}, not provably flannel's: {', '.join(left) or 'nothing'}")
+    for machine, unit in units.items():
+        m, record_file = bench.machine(machine), records[machine]
+        left = sorted(p for p in files[machine] if m.exists(p))
+        gone = sorted(p for p in files[machine] if not m.exists(p))
+        if gone:
+            problems.append(f"stop on {machine} deleted {gone} though its record could not "
+                            "prove flannel wrote them")
+        stop_log = ctl.unit_log(unit)[log_before[machine]:]
+        if "Traceback" in stop_log:
+            problems.append(f"{unit}: a traceback in its log while being removed: "
+                            f"{stop_log[stop_log.index('Traceback'):][:400]}")
+        if "removed no file" not in stop_log:
+            problems.append(f"{unit}'s stop did not say (juju-log) that it removed no file")
+        stop_status = [c["args"] for c in ctl.tool_calls(unit)
+                       if c["hook"] == "stop" and c["tool"] == "status-set"]
+        if not stop_status or stop_status[-1][:1] != ["blocked"] or \
+                record_file not in " ".join(stop_status[-1]):
+            problems.append(f"{unit}'s stop status {stop_status[-1:]} does not name "
+                            f"{record_file}")
+        # What was left, first in the table's "seen" column (the statuses follow).
+        bench.seen.insert(0, f"left on {machine} (unproven): "
+                             f"{', '.join(Path(p).name for p in left) or 'nothing'}")
+        bench.say(f"   left on {machine}, not provably flannel's: {', '.join(left) or 'nothing'}")
     # ... and adds it back.
     started = time.monotonic()
     ctl.add_relation(*CNI_RELATION)
@@ -456,16 +471,6 @@ def _truncate(m, path: str) -> None:
 
 def _delete(m, path: str) -> None:
     m.path_on_host(path).unlink()
-
-
-@row("6a install record truncated")
-def record_truncated(bench: FaultBench) -> Outcome:
-    return _record_damaged(bench, "6a install record truncated", _truncate)
-
-
-@row("6b install record missing")
-def record_missing(bench: FaultBench) -> Outcome:
-    return _record_damaged(bench, "6b install record missing", _delete)
 
 
 # --- row 5: the disk full during install ------------------------------------------------

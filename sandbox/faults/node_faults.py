@@ -1,4 +1,4 @@
-"""Fault rows of the node (issue 11, items 7-9): flanneld killed or
+"""Fault rows of the node (rows 7-9): flanneld killed or
 crash-looping, the machine rebooted, many units configuring the network at
 once. See sandbox/faults/core.py for the bench and the checks."""
 from __future__ import annotations

@@ -7,7 +7,7 @@
     ctl.deploy(EtcdApp.from_server(etcd))             # emulated, no machine
     ctl.deploy(KubernetesWorkerApp(), to=[m0])        # emulated principal on m0 (the
                                                       # reactive worker of LP #1866869;
-                                                      # OpsKubernetesWorkerApp: today's)
+                                                      # OpsKubernetesWorkerApp: the ops one)
     ctl.deploy("flannel", charm_dir, resources={"flannel-amd64": tarball})
     ctl.add_relation("flannel:etcd", "etcd:db")
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")   # creates flannel/0 on m0

@@ -348,7 +348,8 @@ class NrpeApp(EmulatedApp):
 
 
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
-# The link the 2020 worker made to its default CNI's conf file (236fd67).
+# The link the reactive kubernetes-worker of 2020 made to its default CNI's
+# conf file (236fd67).
 DEFAULT_CONF_STEM = "05-default"
 KUBECONFIG_PATH = "/root/cdk/kubeconfig"
 
@@ -356,7 +357,7 @@ KUBECONFIG_PATH = "/root/cdk/kubeconfig"
 class KubernetesWorkerApp(EmulatedApp):
     """kubernetes-worker as the reactive charm of 2020 (charm-kubernetes-worker
     around a23db7e, the worker of LP #1866869), as far as the CNI is
-    concerned (REFERENCE §10):
+    concerned (docs/explanation/etcd-v2-clusters.md):
 
     - Its `cni-plugins` resource (containernetworking plugins v0.7.5:
       bridge, host-local, loopback, portmap, ... and **flannel**; here

@@ -71,7 +71,7 @@ def resource_path(controller, app_name: str) -> str:
 def extract_plugins(ctx, tarball: str, same_owner: bool) -> None:
     """`tar -xzf` the tarball into the unit machine's /opt/cni/bin, as root:
     with same_owner (tar's default for root, the reactive worker's `tar
-    xfz`) the archive's owners are kept; without (today's principals'
+    xfz`) the archive's owners are kept; without (the ops principals'
     --no-same-owner) the files are root's."""
     flags = "" if same_owner else " --no-same-owner"
     ctx.run(["/bin/sh", "-c", f'mkdir -p "$1" && exec tar -xzf "$2" -C "$1"{flags}',

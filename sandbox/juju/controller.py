@@ -97,7 +97,7 @@ class Controller(ModelOperations, HookScheduler):
         self.emulated: dict[str, object] = {}
         self.queue: list[dict] = []
         # hooks of units on different machines run concurrently, up to this many
-        # at once (1: one hook at a time, in queue order, as before issue 9)
+        # at once (1: one hook at a time, in queue order)
         self.parallel = int(parallel or os.environ.get(PARALLEL_ENV) or DEFAULT_PARALLEL)
         self.hook_log: list[HookRun] = []
         # the machine lock's order: None, queue order (the first unit queued

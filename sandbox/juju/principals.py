@@ -1,4 +1,4 @@
-"""Today's principals, as their own source behaves (charmed-kubernetes'
+"""The ops principals, as their own source behaves (charmed-kubernetes'
 charm-kubernetes-worker and charm-kubernetes-control-plane, ops charms).
 
 Both run one reconcile function on every hook (charms.reconciler): on

@@ -10,15 +10,16 @@ import json
 import re
 import shutil
 import tarfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from sandbox.cluster import Cluster
+from sandbox.cluster import CNI_RELATION, FLANNEL, Cluster
 from sandbox.juju import EmulatedApp
 from sandbox.waiting import wait_for
 
-# Every path the charm installs on a unit (docs/design.md, "Unit paths").
+# Every path the charm installs on a unit (docs/reference/unit-paths.md).
 CHARM_PATHS = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
                "/etc/cni/net.d/10-flannel.conflist", "/lib/systemd/system/flannel.service",
                "/etc/ssl/flannel")
@@ -162,14 +163,17 @@ def _pods(cluster: Cluster) -> list[PodAttempt]:
 
 def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
                     say: Callable[[str], None], readd_state: str = "active",
-                    label: str = "") -> ScenarioRun:
+                    label: str = "", *, meanwhile: Optional[Callable[[], None]] = None,
+                    drain: bool = False, watch: Optional["StatusWatch"] = None) -> ScenarioRun:
     """LP #1866869 from a deployed, active flannel: a pod on each machine,
-    `juju remove-relation flannel:cni kubernetes-worker:cni`, `juju
-    add-relation` again, a new pod on each machine; the worker's plugins are
+    `juju remove-relation flannel:cni kubernetes-worker:cni`, `meanwhile()`
+    (what happens while flannel is away: a day passing, a config change),
+    the pods deleted with `drain`, `juju add-relation` again (hook by hook
+    under `watch`), a new pod on each machine; the worker's plugins are
     compared with `before` after every step (a flannel of the worker's own
     only once flannel is gone: while flannel runs, /opt/cni/bin/flannel is
-    its plugin). Records, never asserts. `label` prefixes the timed
-    phases' names (e.g. "cycle 2: ")."""
+    its plugin). Records, never asserts. `label` prefixes the timed phases'
+    names (e.g. "cycle 2: ")."""
     run = ScenarioRun()
 
     def compare(step: str) -> None:
@@ -188,10 +192,19 @@ def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
                                   for m in cluster.worker_machines()}
     run.files_after_remove = {m: charm_files_left(cluster, m) for m in cluster.worker_machines()}
     compare("remove-relation")
+    if meanwhile is not None:
+        meanwhile()
+    if drain:
+        delete_pods(cluster)
     with cluster.timings.phase(label + "add-relation flannel:cni kubernetes-worker:cni", say):
-        cluster.add_cni_relation()
         try:
-            run.readd_messages = cluster.wait_for_flannel(timeout=180, state=readd_state)
+            if watch is not None:
+                cluster.controller.add_relation(*CNI_RELATION)
+                watch.settle()
+                run.readd_messages = watch.until_active()
+            else:
+                cluster.add_cni_relation()
+                run.readd_messages = cluster.wait_for_flannel(timeout=180, state=readd_state)
         except Exception as error:   # recorded: the caller decides what it means
             run.readd_status = str(error)
     compare("add-relation")
@@ -200,6 +213,58 @@ def play_remove_add(cluster: Cluster, before: dict[str, Plugins],
     compare("the new pods")
     say(cluster.status_table())
     return run
+
+
+def delete_pods(cluster: Cluster) -> None:
+    """A drain: every pod deleted (the runtime's CNI DEL)."""
+    for pod in list(cluster.pods):
+        pod.delete()
+        cluster.pods.remove(pod)
+
+
+class StatusWatch:
+    """After each batch of hooks, every flannel unit that says `active`
+    starts a pod on its machine (released at once): the status told the
+    truth, or `lies` says when it did not."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.lies: list[str] = []
+        self.actives = 0
+
+    def __call__(self, runs) -> None:
+        for unit in self.cluster.flannel_units():
+            state, message = self.cluster.workload(unit)
+            if state != "active":
+                continue
+            self.actives += 1
+            machine = self.cluster.machine_of(unit)
+            pod, error = self.cluster.try_pod(machine)
+            if pod is None:
+                hooks = ", ".join(f"{r.unit} {r.hook}" for r in runs)
+                self.lies.append(f"{unit} said active ({message}) after {hooks}, and a new pod "
+                                 f"on {machine} failed: {error}")
+            else:
+                pod.delete()
+                self.cluster.pods.remove(pod)
+
+    def settle(self) -> None:
+        self.cluster.settle_watching(self)
+
+    def until_active(self, timeout: float = 180) -> dict[str, str]:
+        """Juju's update-status timer (sped up), watched, until every unit is
+        active (a status is what the last hook saw: one runs first)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.cluster.controller.update_status(FLANNEL)
+            self.settle()
+            seen = {u: self.cluster.workload(u) for u in self.cluster.flannel_units()}
+            if seen and all(state == "active" for state, _ in seen.values()):
+                return {u: message for u, (_, message) in seen.items()}
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not every unit active after {timeout:.0f}s: {seen}\n"
+                                     + self.cluster.controller.format_status())
+            time.sleep(1.0)
 
 
 # The Nagios check the charm writes for nrpe.

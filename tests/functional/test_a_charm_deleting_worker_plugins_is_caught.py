@@ -6,12 +6,13 @@ Against the reactive worker of the bug report (it copied its plugins once),
 the same checks that pass for the real charm must catch it: libcni's own
 error when the new pod is created, containerd's (the bug report's words) when
 a CRI pod sandbox is, the byte comparison of the worker's plugins, and `juju
-status`, which names the missing plugin (before the CNI chain check the unit
-came back "active" while no pod could start). Against
-today's ops worker the old charm's damage does not last: the worker extracts
-its plugins again in its next hook (the relation's own departed/broken hooks,
-at the latest the add-relation's), so new pods work and the plugins are back
-byte for byte; this is why the bug report needed the worker of its era."""
+status`, which names the missing plugin (without the CNI chain check the
+unit would come back "active" while no pod could start). Against the ops
+worker the old charm's damage does not last: the worker extracts its plugins
+again in its next hook (the relation's own departed/broken hooks, at the
+latest the add-relation's), so new pods work and the plugins are back byte
+for byte; this is why the bug report needed the reactive kubernetes-worker
+of 2020."""
 from __future__ import annotations
 
 import pytest
@@ -60,7 +61,7 @@ def test_old_stop_hook_makes_new_pods_fail_with_missing_plugin(
     assert "m1: host-local deleted" in run.plugin_changes["remove-relation"]
 
 
-def test_old_stop_hook_against_todays_worker_is_healed_by_its_next_reconcile(
+def test_old_stop_hook_against_the_ops_worker_is_healed_by_its_next_reconcile(
         open_cluster, built_charm, tmp_path):
     broken = old_charm_copy(built_charm, tmp_path)
     with open_cluster("negative control, ops worker", workers=1,

@@ -9,16 +9,23 @@ lease keys leaving etcd; the network or IPv6 changed; etcd was rebuilt;
 subnet.env was lost with the lease), the bridge plugin refused every new
 pod: '"cni0" already has an IP address different from 10.1.48.1/24', while
 every unit said `active` (LP #1866869's symptom by another road). Each road
-is played on both worker generations, one cluster each, in sequence; after
-every batch of hooks a unit that says `active` must start a pod. At the end
-removal still leaves each node as flannel found it."""
+is played on both worker generations, one two-machine cluster each, in
+sequence: a refresh from the charm-flannel revision of the generation's
+time, then remove/add cycles (functional_kit.play_remove_add, the user's
+scenario the negative control fails), first within the lease's day (each
+node keeps its subnet, running pods keep talking), then with the leases
+expired, the network changed, etcd rebuilt, and a lease lost in place.
+After every batch of hooks a unit that says `active` must start a pod;
+every removal leaves no unit, flanneld, file, rule, route or device of
+flannel's, and the worker's plugins stay byte for byte."""
 from __future__ import annotations
 
 import ipaddress
-import time
 
 import pytest
+from functional_kit import StatusWatch, all_plugin_bytes, delete_pods, play_remove_add
 
+from sandbox import profile
 from sandbox.cluster import (CNI_RELATION, ETCD_RELATION, FLANNEL, SUBNET_ENV,
                              WORKER_GENERATIONS)
 from sandbox.old_flannel import old_charm_dir, old_resource
@@ -26,64 +33,12 @@ from sandbox.old_flannel import old_charm_dir, old_resource
 pytestmark = pytest.mark.functional
 
 MACHINES = ("m1", "m2")
-BRIDGE_REFUSAL = "already has an IP address different from"
-
-
-class StatusWatch:
-    """After each batch of hooks, every flannel unit that says `active`
-    starts a pod on its machine (released at once): the status told the
-    truth, or `lies` says when it did not."""
-
-    def __init__(self, cluster):
-        self.cluster = cluster
-        self.lies: list[str] = []
-        self.actives = 0
-
-    def __call__(self, runs) -> None:
-        for unit in self.cluster.flannel_units():
-            state, message = self.cluster.workload(unit)
-            if state != "active":
-                continue
-            self.actives += 1
-            machine = self.cluster.machine_of(unit)
-            pod, error = self.cluster.try_pod(machine)
-            if pod is None:
-                hooks = ", ".join(f"{r.unit} {r.hook}" for r in runs)
-                self.lies.append(f"{unit} said active ({message}) after {hooks}, and a new pod "
-                                 f"on {machine} failed: {error}")
-            else:
-                pod.delete()
-                self.cluster.pods.remove(pod)
-
-    def settle(self) -> None:
-        self.cluster.settle_watching(self)
-
-    def until_active(self, timeout: float = 180) -> dict[str, str]:
-        """Juju's update-status timer (sped up), watched, until every unit is
-        active (a status is what the last hook saw: one runs first)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self.cluster.controller.update_status(FLANNEL)
-            self.settle()
-            seen = {u: self.cluster.workload(u) for u in self.cluster.flannel_units()}
-            if seen and all(state == "active" for state, _ in seen.values()):
-                return {u: message for u, (_, message) in seen.items()}
-            assert time.monotonic() < deadline, \
-                f"not every unit active after {timeout:.0f}s: {seen}\n" \
-                + self.cluster.controller.format_status()
-            time.sleep(1.0)
+AWAY_CYCLES = profile.repetitions(everyday=1, full=10)
 
 
 def gateways(cluster, machine: str) -> set[str]:
     env = cluster.subnet_env(machine)
     return {env[k] for k in ("FLANNEL_SUBNET", "FLANNEL_IPV6_SUBNET") if k in env}
-
-
-def delete_pods(cluster) -> None:
-    """A drain: every pod deleted (the runtime's CNI DEL)."""
-    for pod in list(cluster.pods):
-        pod.delete()
-        cluster.pods.remove(pod)
 
 
 def new_pods_reach_each_other(cluster, where: str, *, ipv6: bool = False) -> None:
@@ -103,25 +58,33 @@ def new_pods_reach_each_other(cluster, where: str, *, ipv6: bool = False) -> Non
     cluster.say(f"   {where}: new pods {a.address} <-> {b.address} answer")
 
 
-def play_away(cluster, where: str, meanwhile, *, drain: bool, ipv6: bool = False) -> None:
-    """remove-relation; `meanwhile()` (the time and changes while flannel
-    is away); the pods drained or kept; add-relation, watched hook by hook;
-    then new pods start and reach the other node."""
+def play_away(cluster, before_flannel, where: str, meanwhile=None, *, drain: bool,
+              ipv6: bool = False, new_leases: bool = True) -> None:
+    """The user's remove/add scenario (functional_kit.play_remove_add, the
+    steps the negative control fails) with `meanwhile()` while flannel is
+    away and the pods drained or kept, the add-relation watched hook by
+    hook; then what every remove/add cycle checks, and the new leases' pods
+    reaching the other node."""
     before = {m: gateways(cluster, m) for m in MACHINES}
-    for m in MACHINES:
-        cluster.start_pod(m)
-    with cluster.timings.phase(f"{where}: remove-relation", cluster.say):
-        cluster.remove_cni_relation()
-    assert cluster.flannel_units() == []
-    meanwhile()
-    if drain:
-        delete_pods(cluster)
     watch = StatusWatch(cluster)
-    with cluster.timings.phase(f"{where}: add-relation until active", cluster.say):
-        cluster.controller.add_relation(*CNI_RELATION)
-        watch.settle()
-        watch.until_active()
-    check_new_leases(cluster, where, watch, before, ipv6=ipv6)
+    run = play_remove_add(cluster, before_flannel, cluster.say, label=f"{where}: ",
+                          meanwhile=meanwhile, drain=drain, watch=watch)
+    assert run.units_after_remove == [], f"{where}: flannel units left after removal"
+    assert run.flanneld_after_remove == {m: [] for m in MACHINES}, run.flanneld_after_remove
+    assert run.leftovers_after_remove == {m: [] for m in MACHINES}, \
+        f"{where}: flannel left these: {run.leftovers_after_remove}"
+    assert run.files_after_remove == {m: [] for m in MACHINES}, run.files_after_remove
+    assert not run.readd_status, f"{where}: {run.readd_status}"
+    assert all(p.address for p in run.new_pods), \
+        f"{where}: new pods after add-relation: " + "; ".join(map(str, run.new_pods))
+    assert run.all_plugin_changes() == [], \
+        f"{where}: the worker's plugins changed: {run.all_plugin_changes()}"
+    if not new_leases:   # the pods that ran through it keep talking
+        first = {p.machine: p.address for p in run.first_pods}
+        [kept] = [pod for pod in cluster.pods if pod.address == first["m1"]]
+        assert kept.ping(first["m2"], count=5), f"{where}: the running pods lost each other"
+    delete_pods(cluster)
+    check_leases(cluster, where, watch, before, ipv6=ipv6, new=new_leases)
     delete_pods(cluster)
 
 
@@ -143,27 +106,41 @@ def refresh_that_leases_anew(cluster, revision: str, built_charm, resource, work
         cluster.controller.add_relation(*CNI_RELATION)
         cluster.settle()
         cluster.wait_for_flannel(timeout=120)
-    before = {m: gateways(cluster, m) for m in MACHINES}
-    for m in MACHINES:
-        cluster.start_pod(m)
-        cluster.machines[m].run(["rm", "-f", SUBNET_ENV])
-    cluster.expire_leases()
+    before = lose_subnet_env_and_leases(cluster)
     watch = StatusWatch(cluster)
     with cluster.timings.phase(f"refresh {revision} -> this charm", cluster.say):
         cluster.controller.upgrade_charm(FLANNEL, built_charm,
                                          resources={cluster.resource_name: resource})
         watch.settle()
         watch.until_active()
-    check_new_leases(cluster, "refresh from the old charm", watch, before)
+    check_leases(cluster, "refresh from the old charm", watch, before)
     delete_pods(cluster)
 
 
-def check_new_leases(cluster, where: str, watch, before, *, ipv6: bool = False) -> None:
+def lose_subnet_env_and_leases(cluster) -> dict:
+    """A pod on each machine; then subnet.env goes (a reboot's tmpfs, a
+    tmpfiles clean) and the leases expire. Returns each node's gateways as
+    they were."""
+    before = {m: gateways(cluster, m) for m in MACHINES}
+    for m in MACHINES:
+        cluster.start_pod(m)
+        cluster.machines[m].run(["rm", "-f", SUBNET_ENV])
+    cluster.expire_leases()
+    return before
+
+
+def check_leases(cluster, where: str, watch, before, *, ipv6: bool = False,
+                 new: bool = True) -> None:
+    """No status lied; every node holds a new lease (or, with `new` false,
+    the lease it had); new pods on them reach each other."""
     assert watch.lies == [], f"{where}: " + "\n".join(watch.lies)
     assert watch.actives, f"{where}: the watch saw no active unit"
     after = {m: gateways(cluster, m) for m in MACHINES}
-    assert all(after[m] != before[m] for m in MACHINES), \
-        f"{where}: every node should hold a new lease (the road proves nothing): {after}"
+    if new:
+        assert all(after[m] != before[m] for m in MACHINES), \
+            f"{where}: every node should hold a new lease (the road proves nothing): {after}"
+    else:
+        assert after == before, f"{where}: a node's lease changed: {before} -> {after}"
     cluster.say(f"   {where}: leases {before} -> {after}")
     new_pods_reach_each_other(cluster, where, ipv6=ipv6)
 
@@ -174,16 +151,23 @@ def test_new_pods_start_after_a_day_away_whatever_changed(open_cluster, generati
     revision, era = OLD_CHARM[generation]
     with open_cluster(f"a day away, {generation} worker", workers=2,
                       worker_generation=generation, **era) as cluster:
+        before = all_plugin_bytes(cluster)
         refresh_that_leases_anew(cluster, revision, built_charm, resource, tmp_path)
 
-        play_away(cluster, "the leases expired, pods drained", cluster.expire_leases,
-                  drain=True)
+        # within a lease's day: each node keeps its subnet, and its pods their
+        # addresses and traffic
+        play_away(cluster, before, "a remove/add within the day, pods kept", drain=False,
+                  new_leases=False)
+        # a later cycle meets what the earlier ones left (ten in the full profile)
+        for cycle in range(1, AWAY_CYCLES + 1):
+            play_away(cluster, before, f"cycle {cycle}: the leases expired, pods drained",
+                      cluster.expire_leases, drain=True)
 
         # the network changes while no unit is there: a new lease on every node
         def ipv6_on():
             cluster.controller.config(FLANNEL, **{"ipv6-cidr": "fd10:1::/56"})
             cluster.settle()
-        play_away(cluster, "ipv6-cidr set, pods kept", ipv6_on, drain=False, ipv6=True)
+        play_away(cluster, before, "ipv6-cidr set, pods kept", ipv6_on, drain=False, ipv6=True)
 
         # the old gateways are in no network etcd holds now: host-local's
         # table of flannel's network shows they were flannel's
@@ -191,21 +175,17 @@ def test_new_pods_start_after_a_day_away_whatever_changed(open_cluster, generati
             cluster.rebuild_etcd_empty()
             cluster.controller.config(FLANNEL, cidr="10.7.0.0/16", **{"ipv6-cidr": ""})
             cluster.settle()
-        play_away(cluster, "etcd rebuilt, cidr and IPv6 changed, pods drained",
+        play_away(cluster, before, "etcd rebuilt, cidr and IPv6 changed, pods drained",
                   rebuilt_and_moved, drain=True)
 
         # in place: subnet.env lost and the leases gone while flannel runs
         # (flanneld v0.27.4 exits when its lease is deleted; systemd starts
         # it again, and it leases anew)
-        before = {m: gateways(cluster, m) for m in MACHINES}
-        for m in MACHINES:
-            cluster.start_pod(m)
-            cluster.machines[m].run(["rm", "-f", SUBNET_ENV])
-        cluster.expire_leases()
+        before = lose_subnet_env_and_leases(cluster)
         watch = StatusWatch(cluster)
         with cluster.timings.phase("in place: subnet.env and leases lost", cluster.say):
             watch.until_active()
-        check_new_leases(cluster, "in place", watch, before)
+        check_leases(cluster, "in place", watch, before)
         delete_pods(cluster)
 
         cluster.remove_cni_relation()

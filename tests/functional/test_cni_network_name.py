@@ -21,9 +21,12 @@ def conflist_name(cluster, machine="m1"):
 
 def test_a_name_in_use_survives_a_refresh_and_fresh_units_use_the_old_charms(
         open_cluster, built_charm, resource, tmp_path):
-    """On the old main the refresh renamed "my-pods" to "cbr0" (the next pod
-    was allocated from a second, empty table), and a fresh unit's conflist
-    said "cbr0" where CDK-flannel-network was expected."""
+    """A refresh keeps the network name "my-pods" a unit's conflist uses,
+    and so does a fresh unit while pods use its table; with none left, a
+    fresh unit names the network CDK-flannel-network. A charm whose refresh
+    renamed "my-pods" to "cbr0" (the next pod was allocated from a second,
+    empty table), and whose fresh unit's conflist said "cbr0" where
+    CDK-flannel-network was expected, failed this test."""
     earlier = tmp_path / "flannel"   # an earlier build that named its network my-pods
     shutil.copytree(built_charm, earlier, symlinks=True)
     template = earlier / "templates" / "10-flannel.conflist"

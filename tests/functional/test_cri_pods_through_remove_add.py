@@ -11,10 +11,10 @@ scenario through `juju remove-relation` / `add-relation` of flannel:cni
 conflist. The negative control on CRI pods (containerd's message for the
 plugins the old charm deleted) is test_a_charm_deleting_worker_plugins_is_caught.
 
-All of it fails on main before sandbox.cri existed (no CRI pods); the
-scenario also failed on main's charm itself: its stop removed /etc/cni/net.d
-(which it had created), containerd lost its inotify watch on it, and every
-new pod after add-relation failed with "cni plugin not initialized"."""
+All of it needs sandbox.cri (CRI pods). A charm whose stop removed
+/etc/cni/net.d (which it had created) failed the scenario: containerd lost
+its inotify watch on it, and every new pod after add-relation failed with
+"cni plugin not initialized"."""
 from __future__ import annotations
 
 import json
@@ -189,10 +189,11 @@ def test_cri_pods_before_during_and_after_remove_add(cluster):
             cluster.wait_for_flannel(timeout=180)
     cluster.say(f"pings m1 -> m2 through the cycle: {across}")
     # Traffic across machines stops while flannel is gone (flannel.1 deleted),
-    # as the README says, and the pods reach each other again afterwards (below).
+    # as docs/how-to/remove.md says, and the pods reach each other again afterwards (below).
     assert across.lost > 0, across
-    # the 2020 worker's link to flannel's conflist stays, dangling: nothing
-    # of the worker removes it (configure_default_cni only runs with a CNI)
+    # the link of the reactive kubernetes-worker of 2020 to flannel's conflist
+    # stays, dangling: nothing of the worker removes it (configure_default_cni
+    # only runs with a CNI)
     assert net_d_after_stop == ["05-default.conflist"], net_d_after_stop
     assert default_link == "10-flannel.conflist", default_link
     assert pod is None and NOT_INITIALIZED.match(gap_error), gap_error

@@ -146,8 +146,8 @@ def test_a_node_without_a_route_to_another_nodes_lease_gets_it_back_at_update_st
     IPv6 is turned off or on: a handler stuck on a lease of the other IPv6
     shape): no route to that node's subnet, pods cut off from it, status
     active. update-status compares etcd's leases with the node's routes and
-    restarts flanneld, which routes every lease it lists. On main nothing
-    noticed: the route stayed missing."""
+    restarts flanneld, which routes every lease it lists. A charm that made
+    no such comparison failed this test: the route stayed missing."""
     a, b = cluster.start_pod("m1"), cluster.start_pod("m2")
     m1_subnet = str(ipaddress.ip_interface(gateways(cluster, "m1")[0]).network)
     cluster.machines["m2"].run(["ip", "route", "del", m1_subnet])

@@ -1,13 +1,13 @@
 """A node keeps its subnet when its public IP changes.
 
-flanneld keys its lease by its public IP. Before, changing `iface` to a
-machine's second interface (or the `cni` binding moving to it) made flanneld
-find no lease of its own and lease a new subnet, while its old lease stayed
-for 24 h; `cni0` kept the old subnet's gateway, and the bridge plugin refused
-every new pod on the node until a reboot (the LP #1932551 class). Now the
-charm gives the old lease back while flanneld is stopped, and flanneld takes
-the subnet its subnet.env names again: running pods keep their addresses and
-their traffic, new pods start at once.
+flanneld keys its lease by its public IP. Left to itself, after `iface`
+changes to a machine's second interface (or the `cni` binding moves to it),
+flanneld finds no lease of its own and leases a new subnet, while its old
+lease stays for 24 h; `cni0` keeps the old subnet's gateway, and the bridge
+plugin refuses every new pod on the node until a reboot (the LP #1932551
+class). So the charm gives the old lease back while flanneld is stopped, and
+flanneld takes the subnet its subnet.env names again: running pods keep
+their addresses and their traffic, new pods start at once.
 """
 from __future__ import annotations
 

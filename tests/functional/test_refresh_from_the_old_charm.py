@@ -1,12 +1,12 @@
 """Refresh in place from the previous flannel charm, for both revisions
-operators run, each on the cluster of its time (REFERENCE §8, §10):
+operators run, each on the cluster of its time (docs/how-to/upgrade.md):
 
 - f79f180, the bug report's cluster: flannel **v0.11.0** (the real one,
   sandbox.flanneld_v011) on etcd's **v2** API, its unit file with
   --ip-masq, the reactive kubernetes-worker of 2020 (its cni-plugins
   tarball with a flannel of its own, extracted with owners kept;
   is_master/kubeconfig_path; the 05-default link).
-- a69755c, its latest revision: flannel on etcd v3, beside today's ops
+- a69755c, its latest revision: flannel on etcd v3, beside the ops
   kubernetes-worker.
 
 Per revision, one sandbox with two workers plays, in order (module fixture
@@ -155,8 +155,8 @@ def refresh(request, open_cluster, built_charm, resource, tmp_path_factory):
         cluster.machines["m2"].write_file("/usr/local/bin/etcdctl", OPERATORS_ETCDCTL, 0o755)
         cluster.leases_before = old_leases(cluster)
         cluster.subnets_before = {m: cluster.subnet_env(m)["FLANNEL_SUBNET"] for m in MACHINES}
-        # m2's subnet.env goes (a tmpfiles clean, an operator): flanneld of
-        # today then has only etcd to find its subnet in
+        # m2's subnet.env goes (a tmpfiles clean, an operator): flanneld
+        # v0.27.4 then has only etcd to find its subnet in
         cluster.machines["m2"].run(["rm", SUBNET_ENV])
         cluster.pids_before = {m: cluster.flanneld_pids(m) for m in MACHINES}
         cluster.hooks_before = len(cluster.controller.hook_log)
@@ -214,14 +214,14 @@ def test_the_stand_in_leaves_the_old_charms_end_state(refresh):
 
 
 def test_a_node_refreshed_first_keeps_reaching_the_nodes_not_yet_refreshed(refresh):
-    """Halfway through the refresh, m1 runs today's flanneld (etcd v3) and m2
+    """Halfway through the refresh, m1 runs flanneld v0.27.4 (etcd v3) and m2
     still the old one: pods reach each other both ways, and a new pod on m1
-    reaches m2's. The routes alone would pass on the old main too (flanneld
-    v0.27 keeps the ones v0.11 made through the flannel.1 it reuses); what
-    the old main lacked for f79f180 is m2's lease in v3, where today's
-    flanneld (m1's, and any node added now) looks for it: it failed with
-    m2's lease missing from "v3 leases" (the charm now carries flannel
-    v0.11's leases into v3, v2_network.carry_leases)."""
+    reaches m2's. The routes alone would pass even without m2's lease in v3
+    (flanneld v0.27 keeps the ones v0.11 made through the flannel.1 it
+    reuses); for f79f180 the lease is what matters, in v3, where flanneld
+    >= 0.18 (m1's, and any node added later) looks for it. The charm carries
+    flannel v0.11's leases into v3 (v2_network.carry_leases); a charm that
+    did not failed this test with m2's lease missing from "v3 leases"."""
     half = refresh.halfway
     refresh.say(f"   halfway: {half}")
     assert half["v3 leases"] == refresh.leases_before, "etcd v3 lacks a node's lease"
@@ -238,13 +238,13 @@ def test_refresh_keeps_pods_leases_and_traffic_and_settles_active(refresh):
     """Every node keeps its subnet, m2 without its subnet.env too; a pod on
     m1 pinging one on m2 every 0.2 s through the whole refresh loses no
     echo; running pods keep their addresses and routes; new pods use the
-    running pods' allocation table. On the old main this failed for
-    f79f180 with "a machine's subnet lease changed" (`{'10.1.29.0-24': ...}
-    != {'10.1.63.0-24': ...}`): m2, with no subnet.env and no lease of its
-    own in etcd v3, leased a new subnet under its running pod (whose echoes
-    still came back through the routes flannel v0.11 had left); before
-    that, with `assert 'cbr0' == 'CDK-flannel-network'` (the refresh
-    renamed the CNI network)."""
+    running pods' allocation table. A charm that did not carry the v2 leases
+    into v3 failed this test for f79f180 with "a machine's subnet lease changed"
+    (`{'10.1.29.0-24': ...} != {'10.1.63.0-24': ...}`): m2, with no
+    subnet.env and no lease of its own in etcd v3, leased a new subnet under
+    its running pod (whose echoes still came back through the routes flannel
+    v0.11 had left); a charm whose refresh renamed the CNI network failed it
+    with `assert 'cbr0' == 'CDK-flannel-network'`."""
     assert refresh.failed_hooks() == [], refresh.failed_hooks()
     for unit in refresh.flannel_units():
         state, message = refresh.workload(unit)
@@ -298,13 +298,13 @@ def test_the_pods_reach_outside_through_the_new_flanneld_and_v011s_rules_are_gon
     """flannel v0.11's --ip-masq rules sat straight in POSTROUTING and
     FORWARD, and flanneld v0.27 never removes them: the charm drops them
     while it restarts flanneld. Pods still reach an address outside the pod
-    network (etcd's, which has no route back to pods) through today's
-    FLANNEL-POSTRTG. On the old main this failed with the six v0.11 rules
-    left on each node."""
+    network (etcd's, which has no route back to pods) through flanneld
+    v0.27.4's FLANNEL-POSTRTG. A charm that did not drop them failed this
+    test with the six v0.11 rules left on each node."""
     for m in MACHINES:
         assert v011_rules(refresh, m) == [], f"{m}: {v011_rules(refresh, m)}"
         saved = refresh.machines[m].run(["iptables-save", "-t", "nat"]).stdout
-        assert "-j FLANNEL-POSTRTG" in saved, f"{m}: today's flanneld wrote no masquerade"
+        assert "-j FLANNEL-POSTRTG" in saved, f"{m}: flanneld v0.27.4 wrote no masquerade"
         pod = next(p for p in refresh.pods if p.machine is refresh.machines[m])
         assert pod.ping(refresh.etcd.host), f"a pod on {m} cannot reach etcd's address"
 
@@ -312,8 +312,9 @@ def test_the_pods_reach_outside_through_the_new_flanneld_and_v011s_rules_are_gon
 def test_v2_keys_stay_while_a_node_runs_v011_and_go_once_every_node_moved(refresh):
     """flannel v0.11's keys in etcd v2: halfway, after an update-status of
     m1's, they are all there (m2 routes by them); once both nodes run
-    today's flanneld, the next update-status deletes them (etcd 3.5+
-    deprecates v2, and nothing reads them). On the old main they stayed."""
+    flanneld v0.27.4, the next update-status deletes them (etcd 3.5+
+    deprecates v2, and nothing reads them). A charm that did not delete them
+    failed this test: they stayed."""
     if refresh.revision != "f79f180":
         pytest.skip("a69755c's flannel kept its network in etcd v3")
     half = refresh.halfway["v2 keys"]
@@ -329,8 +330,8 @@ def test_v2_keys_stay_while_a_node_runs_v011_and_go_once_every_node_moved(refres
 
 
 def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
-    """The old charm's files become this charm's, its flags go. On the old
-    main this failed with `assert 493 == 448`:
+    """The old charm's files become this charm's, its flags go. A charm that
+    did not adopt them failed this test with `assert 493 == 448`:
     /etc/ssl/flannel stayed 0755 (and the old flags stayed in the state DB,
     the old charm's files were kept as "originals" to put back)."""
     for m in MACHINES:
@@ -346,8 +347,8 @@ def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
                      "/lib/systemd/system/flannel.service",
                      "/etc/cni/net.d/10-flannel.conflist", "/etc/ssl/flannel/client-key.pem"):
             if m == "m2" and path == "/usr/local/bin/etcdctl":
-                # adoption by content: before, the old charm's flags alone
-                # made the operator's etcdctl flannel's, and stop deleted it
+                # adoption by content: by the old charm's flags alone, the
+                # operator's etcdctl would be flannel's, and stop would delete it
                 assert path not in record, "the operator's etcdctl was claimed"
                 continue
             assert path in record, f"{m}: {path} not recorded"
@@ -364,14 +365,14 @@ def test_refresh_adopts_the_old_charms_files_and_forgets_its_flags(refresh):
 
 def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
     """Removing flannel after a refresh removes the old charm's files too,
-    and puts the 2020 worker's flannel back as it extracted it (owner
-    included). On the old main this failed with the
+    and puts the flannel of the reactive kubernetes-worker of 2020 back as it
+    extracted it (owner included). A charm that kept the old charm's files as
+    "originals" failed this test with the
     leftovers ['/usr/local/bin/flanneld', '/usr/local/bin/etcdctl',
     '/lib/systemd/system/flannel.service', '/etc/cni/net.d/10-flannel.conflist',
     '/etc/ssl/flannel/client-{ca,cert,key}.pem', '/etc/ssl/flannel']: the
-    remove put the old charm's files back as "originals" and left etcdctl;
-    and (f79f180) with flannel v0.11's iptables rules left, and the worker's
-    flannel owned by root."""
+    remove put those files back and left etcdctl; and (f79f180) with flannel
+    v0.11's iptables rules left, and the worker's flannel owned by root."""
     refresh.remove_cni_relation()
     assert refresh.machines["m2"].read_file("/usr/local/bin/etcdctl") == OPERATORS_ETCDCTL
     for m in MACHINES:
@@ -396,12 +397,12 @@ def test_remove_and_readd_after_refresh_leaves_nothing_and_works(refresh):
 
 
 def test_the_workers_own_upgrade_reextracting_its_flannel_is_put_back_on_remove(refresh):
-    """The 2020 worker extracts its cni-plugins again after its own
-    upgrade-charm, its flannel over this charm's; the next install keeps it
-    and stop puts it back. The rule itself is proven failing on the old main
-    by tests/unit/test_install_record.py (the worker's file was deleted)."""
+    """The reactive kubernetes-worker of 2020 extracts its cni-plugins again
+    after its own upgrade-charm, its flannel over this charm's; the next
+    install keeps it and stop puts it back. tests/unit/test_install_record.py
+    proves the rule itself (a charm without it deleted the worker's file)."""
     if refresh.revision != "f79f180":
-        pytest.skip("today's worker ships no flannel")
+        pytest.skip("the ops worker ships no flannel")
     refresh.controller.upgrade_charm(WORKER)
     refresh.settle()
     upgraded = [u for u, hook in refresh.worker_app.extractions if hook == "upgrade-charm"]

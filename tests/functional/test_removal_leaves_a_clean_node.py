@@ -1,21 +1,20 @@
-"""Removing flannel leaves each node as flannel found it (README, "What a
-node keeps after flannel is removed"): no iptables chain or jump of
+"""Removing flannel leaves each node as flannel found it (docs/explanation/
+what-a-node-keeps.md): no iptables chain or jump of
 flanneld's, no route into the pod network, no vxlan device, no systemd unit
 loaded or failed, no file; only what the pods still running use stays.
 
 Each test guards a regression an operator met, or would:
 - flanneld v0.27 cleans its iptables rules when it starts, not when it exits:
-  before, every node kept FLANNEL-POSTRTG (masquerading the pod network),
-  FLANNEL-FWD and their jumps after `remove-relation`, and with host-gw a
-  route to the other node's pod subnet;
-- Juju runs `stop` only for a unit that started: before, a unit removed
-  between its install and its start (a quick remove after add, a failed
-  start) kept flanneld and the plugin, since all of the cleanup lived in
-  `stop`;
+  a charm that left the cleanup to it left every node with FLANNEL-POSTRTG
+  (masquerading the pod network), FLANNEL-FWD and their jumps after
+  `remove-relation`, and with host-gw a route to the other node's pod subnet;
+- Juju runs `stop` only for a unit that started: with all of the cleanup in
+  `stop`, a unit removed between its install and its start (a quick remove
+  after add, a failed start) kept flanneld and the plugin;
 - moving to another CNI: with flannel's bridge left holding flannel's
   address, a next CNI that names its bridge cni0 (the bridge plugin's
-  default) refused every pod (and on the 2020 worker, its default link
-  dangles until the next CNI charm publishes its conflist).
+  default) refused every pod (and on the reactive kubernetes-worker of 2020,
+  its default link dangles until the next CNI charm publishes its conflist).
 """
 from __future__ import annotations
 
@@ -121,10 +120,10 @@ def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(open_
     """The path operators take to Calico or Cilium: drain the node, remove
     flannel (its relations, which destroys its units), relate the next CNI
     to the worker, and new pods work with nothing of flannel's left. The
-    2020 worker's 05-default.conflist, left dangling when flannel went,
-    makes libcni fail ("error reading /etc/cni/net.d/05-default.conflist")
-    until the worker links it to the next CNI's conflist, which it does as
-    soon as that CNI publishes it."""
+    05-default.conflist of the reactive kubernetes-worker of 2020, left
+    dangling when flannel went, makes libcni fail ("error reading
+    /etc/cni/net.d/05-default.conflist") until the worker links it to the
+    next CNI's conflist, which it does as soon as that CNI publishes it."""
     with open_cluster("leaving flannel", workers=1) as cluster:
         deploy_and_wait(cluster)
         machine = cluster.machines["m1"]
@@ -153,11 +152,12 @@ UNIT_FILE = "/lib/systemd/system/flannel.service"
 
 
 def test_a_unit_file_edited_since_is_rendered_again_and_never_put_back(open_cluster):
-    """flannel.service is a file only this charm writes. Before, a hook
+    """flannel.service is a file only this charm writes: a hook renders an
+    edited one again, and stop removes it, edited or not. A charm whose hook
     skipped rendering it whenever its inputs were unchanged, whatever the
-    file on disk said, and stop left an edited one behind (or kept it as an
-    "original" to put back): a disabled unit pointing at a flanneld that
-    stop had just deleted."""
+    file on disk said, and whose stop left an edited one behind (or kept it
+    as an "original" to put back) failed this test: a disabled unit pointing
+    at a flanneld that stop had just deleted."""
     with open_cluster("edited unit file", workers=1) as cluster:
         deploy_and_wait(cluster)
         machine, unit = cluster.machines["m1"], cluster.unit_on("m1")

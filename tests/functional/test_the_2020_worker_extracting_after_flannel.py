@@ -1,6 +1,6 @@
-"""The 2020 kubernetes-worker extracts its cni-plugins (flannel included)
-once its container runtime is ready, in whichever hook first finds it so:
-possibly after flannel installed its own plugin (REFERENCE §10).
+"""The reactive kubernetes-worker of 2020 extracts its cni-plugins (flannel
+included) once its container runtime is ready, in whichever hook first finds
+it so: possibly after flannel installed its own plugin (docs/explanation/etcd-v2-clusters.md).
 
 One one-worker cluster: flannel deployed while the worker's runtime is not
 ready (the unit says which plugin is missing), then the worker's extraction

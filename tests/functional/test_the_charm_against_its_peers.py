@@ -3,7 +3,7 @@ machine, one deploy, one scenario per test in
 order, each a user's action and what `juju status`, the principal, etcd and
 the machine show after it.
 
-Each failed on main (af418f6), as its docstring says.
+The charm at af418f6 failed each of them, as its docstring says.
 """
 from __future__ import annotations
 
@@ -61,11 +61,12 @@ def leases(cluster) -> list[str]:
 def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_changes(
         cluster):
     """The check for flanneld is written and published when nrpe is related,
-    works, and goes with the relation. On main (af418f6) every hook rewrote
-    it and published `monitors` again (relation-set), and restarted
-    nagios-nrpe-server in every hook but update-status: this failed there on
-    the relation-set calls of config-changed (8 where none is wanted); the
-    checks of the file, the command and the removal passed there too."""
+    works, and goes with the relation; it is written and published again
+    only when a nagios option changes. The charm at af418f6 rewrote it and
+    published `monitors` again (relation-set) in every hook, and restarted
+    nagios-nrpe-server in every hook but update-status: it failed this test
+    on the relation-set calls of config-changed (8 where none is wanted);
+    the checks of the file, the command and the removal passed for it."""
     ctl, machine, unit = cluster.controller, cluster.machines["m1"], unit_of(cluster)
     ctl.deploy(NrpeApp())
     ctl.add_relation("nrpe:general-info", "kubernetes-worker:juju-info")
@@ -103,9 +104,11 @@ def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_c
 
 
 def test_a_missing_cni_plugin_is_named_in_the_status_and_clears_itself(cluster):
-    """On main the unit stayed "active" while every new pod failed
-    with libcni's 'failed to find plugin "bridge"' (this failed there:
-    ('active', 'Flannel subnet ...') != ('blocked', ...))."""
+    """A plugin missing from /opt/cni/bin, or not executable, blocks the
+    unit with a status naming it, which clears once the plugin is back. A
+    charm without this check stayed "active" while every new pod failed with
+    libcni's 'failed to find plugin "bridge"', and failed this test with
+    ('active', 'Flannel subnet ...') != ('blocked', ...)."""
     machine = cluster.machines["m1"]
     unit = unit_of(cluster)
     bridge = machine.read_file("/opt/cni/bin/bridge")
@@ -124,9 +127,11 @@ def test_a_missing_cni_plugin_is_named_in_the_status_and_clears_itself(cluster):
 
 
 def test_an_iface_that_does_not_exist_is_refused_and_flanneld_keeps_running(cluster):
-    """On main flanneld was stopped, the new one failed on the
-    missing interface, and the unit said only "Waiting for flannel.service
-    to start." (this failed there: 'waiting' != 'blocked')."""
+    """An iface that is not an interface of this machine blocks the unit
+    with a status naming it, and flanneld keeps running. A charm that took
+    it stopped flanneld, the new one failed on the missing interface, and
+    the unit said only "Waiting for flannel.service to start." (failing this
+    test with 'waiting' != 'blocked')."""
     unit = unit_of(cluster)
     before = cluster.flanneld_pids("m1")
     cluster.configure(iface="nosuch0")
@@ -141,10 +146,12 @@ def test_an_iface_that_does_not_exist_is_refused_and_flanneld_keeps_running(clus
 
 
 def test_a_hook_that_died_before_daemon_reload_reloads_on_retry(cluster):
-    """On main the retried hook found the unit file already written
-    (install() -> False) and never ran daemon-reload: systemd kept the old
-    unit. This failed there: the retry's systemctl calls were ['stop flannel',
-    'start flannel', 'restart nagios-nrpe-server', 'is-active flannel']."""
+    """A hook that died between writing the unit file and daemon-reload
+    runs daemon-reload when retried. A charm whose retried hook found the
+    unit file already written (install() -> False) never ran it, and systemd
+    kept the old unit; it failed this test with the retry's systemctl calls
+    ['stop flannel', 'start flannel', 'restart nagios-nrpe-server',
+    'is-active flannel']."""
     machine = cluster.machines["m1"]
     unit = unit_of(cluster)
     real = machine.run(["sh", "-c", "command -v systemctl"]).stdout.strip()
@@ -173,14 +180,16 @@ def test_a_hook_that_died_before_daemon_reload_reloads_on_retry(cluster):
 
 
 def test_a_refused_backend_change_keeps_the_network_and_its_way_out_works(cluster):
-    """During a refused change the principal keeps the network its
-    pods use. On main the principal was told cidr 10.2.0.0/16 (the option)
-    while etcd, flanneld and every pod stayed on 10.1.0.0/16; the refusal's
-    message named no way out that works, which failed there too.
-    And the way out works. On main the stopped unit's lease stayed in
-    etcd (24 h TTL, flanneld does not revoke it), so after remove/add the
-    units stayed blocked on "1 node holds a lease" for a day (this failed
-    there: the leases after remove-relation were ['10.1.36.0-24'], not [])."""
+    """During a refused change the principal keeps the network its pods
+    use, and the refusal's message names a way out. A charm that told the
+    principal cidr 10.2.0.0/16 (the option) while etcd, flanneld and every
+    pod stayed on 10.1.0.0/16, with a message naming no way out that works,
+    failed this test.
+    And the way out works: each unit releases its lease as it stops. A charm
+    that left the stopped unit's lease in etcd (24 h TTL, flanneld does not
+    revoke it) kept the units blocked on "1 node holds a lease" for a day
+    after remove/add, and failed this test with the leases after
+    remove-relation ['10.1.36.0-24'], not []."""
     unit = unit_of(cluster)
     assert published_cidr(cluster) == "10.1.0.0/16"
     cluster.configure(cidr="10.2.0.0/16", backend="host-gw")

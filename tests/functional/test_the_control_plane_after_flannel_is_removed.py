@@ -1,11 +1,11 @@
 """The control plane's 01-default.conflist once flannel is removed from it.
 
-Today's kubernetes-control-plane links /etc/cni/net.d/01-default.conflist to
+The ops kubernetes-control-plane links /etc/cni/net.d/01-default.conflist to
 the CNI's conflist, and when the CNI goes its reconcile stops at "Missing CNI
 relation or config" before it touches the link (2d58730): the link stays,
 dangling, since flannel's stop removes 10-flannel.conflist (its own file) and
 never the principal's link. What containerd then does with new pods, and what
-brings them back, is what an operator meets: the README says it."""
+brings them back, is what an operator meets: docs/how-to/remove.md says it."""
 from __future__ import annotations
 
 import pytest

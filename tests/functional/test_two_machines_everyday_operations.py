@@ -3,9 +3,9 @@
 The deployment is made once (module fixture `two`, the reactive worker of the
 bug report); each test asserts only what it changes or observes itself,
 starting from whatever valid state the previous test left (every unit
-active), so any of them can run alone. Today's ops worker (fixture `two_ops`)
+active), so any of them can run alone. The ops worker (fixture `two_ops`)
 re-extracts its plugins in nearly every hook. The user's remove/add scenario
-itself is test_remove_add_cycles (each worker generation, every cycle).
+itself is test_back_after_a_day_away (each worker generation, every road).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def subnets(cluster):
     return {m: cluster.subnet_env(m) for m in MACHINES}
 
 
-# --- 1. today's worker re-extracts its plugins in nearly every hook ---------------------
+# --- 1. the ops worker re-extracts its plugins in nearly every hook ---------------------
 
 def test_ops_worker_re_extracting_its_plugins_leaves_flannels_plugin_alone(two_ops, resource):
     """The ops worker untars its cni-plugins resource over /opt/cni/bin in
@@ -165,21 +165,15 @@ def test_vni_and_port_change_reach_etcd_and_flanneld(two):
         assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
+# Every invalid option and the status it gives: tests/handlers; here two, on
+# real machines with real flanneld and pods pinging through them.
 INVALID = [
-    ({"cidr": "10.1.0.0/33"}, "cidr"),
-    ({"vni": 0}, "vni"),
-    ({"subnet-len": 8}, "subnet-len"),
-    # valid alone, but not while nodes hold vxlan leases
-    ({"backend": "host-gw"}, "backend"),
     # valid flannel config, but the machines' own network (172.31.254.0/24):
-    # before, etcd took it and every unit said active with a subnet of it
+    # etcd would take it, and every unit would say active with a subnet of it
     ({"cidr": "172.31.0.0/16"}, "cidr"),
-    # interfaces that exist but cannot carry the overlay (the `two`
-    # fixture's unfit_interfaces): before, flanneld was restarted on each
+    # an interface that exists but cannot carry the overlay (the `two`
+    # fixture's unfit_interfaces): flanneld would be restarted on it
     ({"iface": "fl-down"}, "iface"),
-    ({"iface": "fl-noip"}, "iface"),
-    ({"iface": "lo"}, "iface"),
-    ({"iface": "fd00:77::1"}, "iface"),
 ]
 INVALID_IDS = [f"{o}={list(bad.values())[0]}" for bad, o in INVALID]
 
@@ -226,15 +220,6 @@ def test_invalid_config_blocks_and_leaves_network_alone(two, bad, option):
     assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
-UNIT_FILE = "/lib/systemd/system/flannel.service"
-MALFORMED = {
-    # before, rendered raw into ExecStart: a line of its own in the unit file
-    "newline": "{good}\nExecStartPre=/bin/touch /flannel-pwned",
-    # before, extra flanneld flags
-    "space": "{good} -etcd-prefix=/elsewhere",
-}
-
-
 @contextlib.contextmanager
 def etcd_publishes(two, **changes):
     """etcd publishes `changes` for the block (each unit waiting when it
@@ -254,23 +239,6 @@ def etcd_publishes(two, **changes):
         two.settle()
         two.wait_for_flannel(timeout=120)
     assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "flanneld was restarted"
-
-
-@pytest.mark.parametrize("kind", list(MALFORMED))
-def test_malformed_etcd_relation_data_waits_and_reaches_no_unit_file(two, kind):
-    """Relation data is input: an etcd connection string that is not a list
-    of https://host:port gives a waiting status naming the relation, and the
-    unit file, flanneld and the pods' traffic stay as they were."""
-    unit_files = {m: two.machines[m].read_file(UNIT_FILE) for m in MACHINES}
-    pods = pods_everywhere(two)
-    malformed = MALFORMED[kind].replace("{good}", "{connection_string}")
-    with etcd_publishes(two, connection_string=malformed) as messages:
-        for unit, message in messages.items():
-            assert message.startswith("etcd relation: connection string"), f"{unit}: {message!r}"
-            assert "not https://host:port" in message, message
-        assert {m: two.machines[m].read_file(UNIT_FILE) for m in MACHINES} == unit_files
-        assert not any(two.machines[m].exists("/flannel-pwned") for m in MACHINES)
-        assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
 def test_etcd_tls_material_that_is_not_pem_waits_and_keeps_the_client_files(two):
@@ -322,9 +290,9 @@ def test_upgrade_charm_restarts_flanneld_only_for_a_new_binary(
         two, built_charm, resource, tmp_path):
     """A newer build of the charm with a new resource revision whose flanneld
     is the same bytes leaves flanneld running and every echo answered; a
-    re-stamped flanneld restarts it, and pods old and new talk. On an older
-    main, after a refresh and a remove/add, the newer build left new pods
-    without an address ("open /run/flannel/subnet.env: no such file or
+    re-stamped flanneld restarts it, and pods old and new talk. The failure
+    this guards: after a refresh and a remove/add of the newer build, new
+    pods got no address ("open /run/flannel/subnet.env: no such file or
     directory")."""
     newer = tmp_path / "flannel"
     shutil.copytree(built_charm, newer, symlinks=True)

@@ -54,7 +54,7 @@ _OPTIONS = (
      "scripts/build-charm (build/flannel.charm)"),
     ("--flannel-resource", "FLANNEL_RESOURCE", None,
      "flannel resource tarball for --flannel-arch; default: build it with "
-     "`python -m sandbox.resource --arch ARCH --out DIR`"),
+     "`scripts/build-resource --arch ARCH --out DIR`"),
     ("--flannel-arch", "FLANNEL_TEST_ARCH", "amd64",
      "architecture of the test machines and of the attached resource"),
     ("--k8s-channel", "FLANNEL_K8S_CHANNEL", "1.32/stable",
@@ -311,7 +311,7 @@ class FlannelResource:
 
 @pytest.fixture(scope="module")
 def flannel_resource(request, juju_controller, tmp_path_factory):
-    """The resource for --flannel-arch, given or built by sandbox.resource."""
+    """The resource for --flannel-arch, given or built by scripts/build-resource."""
     arch = option(request.config, "--flannel-arch")
     given = option(request.config, "--flannel-resource")
     if given:
@@ -321,15 +321,14 @@ def flannel_resource(request, juju_controller, tmp_path_factory):
         return FlannelResource(f"flannel-{arch}", path)
     out = tmp_path_factory.mktemp("flannel-resource")
     stdout = _run_build(
-        [sys.executable, "-m", "sandbox.resource", "--arch", arch,
-         "--out", str(out)],
+        [str(REPO_ROOT / "scripts" / "build-resource"), "--arch", arch, "--out", str(out)],
         seconds(request.config, "--build-timeout"),
-        "python -m sandbox.resource")
+        "scripts/build-resource")
     for line in reversed(stdout.splitlines()):
         candidate = Path(line.strip())
         if line.strip() and candidate.is_file():
             return FlannelResource(f"flannel-{arch}", candidate.resolve())
-    pytest.fail("python -m sandbox.resource printed no tarball path:\n"
+    pytest.fail("scripts/build-resource printed no tarball path:\n"
                 + stdout[-2000:], False)
 
 

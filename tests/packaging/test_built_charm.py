@@ -167,7 +167,7 @@ def test_charm_proof_is_clean(built_charm):
                          stderr=subprocess.STDOUT, text=True)
     bad = [line for line in run.stdout.splitlines() if line.startswith(("W:", "E:"))]
     assert bad == [], run.stdout
-    # Charmhub shows the icon first; before, proof said "I: No icon.svg file."
+    # Charmhub shows the icon first; without it, proof says "I: No icon.svg file."
     assert "icon.svg" not in run.stdout, run.stdout
 
 

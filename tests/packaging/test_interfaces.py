@@ -2,7 +2,7 @@
 in the sandbox's emulated Juju (the ``juju`` fixture): hooks come in Juju's
 order, relation data goes through the sandbox's own hook tools.
 
-Relation data is what today's providers publish: raw strings on unit databags.
+Relation data is what the providers publish: raw strings on unit databags.
 """
 
 CA = "-----BEGIN CERTIFICATE-----\nca\n-----END CERTIFICATE-----"
@@ -141,7 +141,7 @@ def test_cni_set_config_publishes_raw_strings_once(juju):
     assert len(juju.relation_sets(rid)) == 2
 
 
-def test_cni_current_ops_control_plane(juju):
+def test_cni_ops_control_plane(juju):
     juju.relate("cni", "kubernetes-control-plane")
     eps = juju.publish("kubernetes-control-plane/0", **{
         "kubeconfig-hash": "ab12", "service-cidr": "10.152.183.0/24",
@@ -154,7 +154,7 @@ def test_cni_current_ops_control_plane(juju):
     assert cni.is_control_plane() is True
 
 
-def test_cni_current_ops_worker(juju):
+def test_cni_ops_worker(juju):
     juju.relate("cni", "kubernetes-worker")
     eps = juju.publish("kubernetes-worker/0", **{"kubeconfig-hash": "cd34",
                                                  "image-registry": "rocks.example.org"})
@@ -162,7 +162,7 @@ def test_cni_current_ops_worker(juju):
     assert eps["cni"].is_control_plane() is False
 
 
-def test_cni_older_reactive_principals(juju):
+def test_cni_reactive_principals(juju):
     rid = juju.relate("cni", "kubernetes-master")
     eps = juju.publish("kubernetes-master/0", is_master="True",
                        kubeconfig_path="/root/.kube/config")

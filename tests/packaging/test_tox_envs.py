@@ -2,9 +2,9 @@
 makes its own virtualenv, which seeds the newest setuptools, and setuptools
 81+ has no pkg_resources, which charms.reactive imports.
 
-On main, the `unit` env (the same deps as `build`) failed here with
-"ModuleNotFoundError: No module named 'pkg_resources'" (setuptools 84.2.1
-seeded by virtualenv 21).
+A `unit` env (the same deps as `build`) that left setuptools to virtualenv
+failed here with "ModuleNotFoundError: No module named 'pkg_resources'"
+(setuptools 84.2.1 seeded by virtualenv 21).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The charm's sequences around flannel.service, run as the charm runs them
-(lib/charms/flannel/service.py and teardown.py, no hook around them) on a
-sandbox machine: its real systemctl, its own /lib/systemd/system, /run and
-network namespace. flanneld is a stand-in here (a shell that sleeps): what
-is under test is when the charm reloads, restarts and removes, not flanneld."""
+(lib/charms/flannel/steps/flanneld.py and teardown.py, with a hook's
+context but no hook around them) on a sandbox machine: its real systemctl,
+its own /lib/systemd/system, /run and network namespace. flanneld is a
+stand-in here (a shell that sleeps): what is under test is when the charm
+reloads, restarts and removes, not flanneld."""
 
 from __future__ import annotations
 
@@ -19,26 +20,38 @@ pytestmark = pytest.mark.sandbox
 LIB = str(Path(__file__).resolve().parents[2] / "lib")
 VXLAN = {"Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1}}
 
-# Run inside the machine: the charm's library against the machine's files
-# and systemctl; prints what it returned as JSON.
+# Run inside the machine: the charm's steps against the machine's files and
+# systemctl, Juju as plain values; prints what they returned as JSON.
 PRELUDE = """
 import json, os, sys
 from pathlib import Path
-os.makedirs("/var/lib/flannel-test", exist_ok=True)
+os.makedirs("/var/lib/flannel-test/charm", exist_ok=True)
 from charmhelpers.core.unitdata import Storage
-from charms.flannel import paths, service, teardown
-from charms.flannel.credentials import ClientFiles
-from charms.flannel.install_record import InstallRecord
-from charms.flannel.leftovers import ServedNetwork
-from charms.flannel.systemd import Systemd
-from charms.flannel.unit_state import UnitState
-record = InstallRecord("/var/lib/flannel-test/record")
-state = UnitState(Storage("/var/lib/flannel-test/state.db"))
-files = ClientFiles(paths.ETCD_CA, paths.ETCD_CERT, paths.ETCD_KEY)
-systemd = Systemd()
-logged = []
-def log(message, warning=False):
-    logged.append(message)
+from charms.flannel.facts.netconfig import NetworkConfig
+from charms.flannel.steps import flanneld, teardown
+from charms.flannel.steps.context import HookContext
+from charms.flannel.steps.outcome import Outcome
+from charms.flannel.steps.unit_state import UnitState
+
+
+class Juju:
+    hook = "config-changed"
+    charm_dir = Path("/var/lib/flannel-test/charm")
+    options = {}
+    def config(self): return dict(self.options)
+    def etcd(self): return None
+    def etcd_related(self): return True
+    def service_cidr(self): return None
+    def cni_relation_ids(self): return []
+    def bind_addresses(self, endpoint): return []
+    def resource_path(self, name): return None
+    def nagios(self): return None
+
+
+juju = Juju()
+ctx = HookContext(juju, UnitState(Storage("/var/lib/flannel-test/state.db")))
+record = ctx.record
+out = Outcome()
 """
 STAND_IN = b"#!/bin/sh\nexec sleep 3600\n"
 UNIT = b"""[Unit]
@@ -52,7 +65,7 @@ WantedBy=multi-user.target
 
 def charm(m: Machine, body: str) -> dict:
     """Run `body` (after PRELUDE) in the machine; the JSON it printed."""
-    cp = m.run([sys.executable, "-c", PRELUDE + body + "\nstate.kv.flush()\n"],
+    cp = m.run([sys.executable, "-c", PRELUDE + body + "\nctx.state.kv.flush()\n"],
                env={"PYTHONPATH": LIB}, check=False)
     assert cp.returncode == 0, cp.stderr
     return json.loads(cp.stdout.strip().splitlines()[-1])
@@ -60,21 +73,18 @@ def charm(m: Machine, body: str) -> dict:
 
 def install(m: Machine, iface: str = "eth0") -> dict:
     return charm(m, f"""
-record.install(paths.FLANNELD, {STAND_IN!r}, 0o755)
-record.install(paths.SERVICE_FILE, {UNIT % iface.encode()!r}, 0o644, sole=True)
-print(json.dumps({{"loaded": service.load_unit_file(record, state, systemd)}}))
+record.install(ctx.paths.flanneld, {STAND_IN!r}, 0o755)
+record.install(ctx.paths.service_file, {UNIT % iface.encode()!r}, 0o644, sole=True)
+print(json.dumps({{"loaded": flanneld.load_unit_file(ctx)}}))
 """)
 
 
 def restart(m: Machine, confirmed: dict, iface: str = "eth0") -> dict:
     return charm(m, f"""
-moves = []
-restarted = service.restart_if_changed(
-    record, state, systemd, confirmed={confirmed!r}, iface={iface!r}, files=files,
-    active=lambda: systemd.is_active("flannel"),
-    moved=lambda old, new: moves.append([old, new]),
-    log=log)
-print(json.dumps({{"restarted": restarted, "moves": moves, "logged": logged}}))
+juju.options = {{"iface": {iface!r}}}
+restarted = flanneld.restart_if_changed(ctx, NetworkConfig.from_json({confirmed!r}), out)
+print(json.dumps({{"restarted": restarted, "iface": ctx.state.flanneld_iface,
+                  "logged": [line for line, _ in out.log]}}))
 """)
 
 
@@ -111,13 +121,14 @@ def test_flanneld_restarts_when_its_inputs_change_and_only_then(machine):
     assert restart(machine, {**VXLAN, "Backend": {"Type": "vxlan", "VNI": 2}})["restarted"]
 
 
-def test_a_new_interface_is_a_move_the_lease_follows(machine):
+def test_a_new_interface_restarts_flanneld_there(machine):
+    """(The lease that follows it: tests/handlers/test_flanneld_and_removal.py.)"""
     install(machine)
-    assert restart(machine, VXLAN)["moves"] == []            # its first interface
+    assert restart(machine, VXLAN)["iface"] == "eth0"        # its first interface
     install(machine, "eth1")                                 # the unit file says so too
     moved = restart(machine, VXLAN, iface="eth1")
-    assert moved["restarted"] and moved["moves"] == [["eth0", "eth1"]]
-    assert restart(machine, VXLAN, iface="eth1")["moves"] == []
+    assert moved["restarted"] and moved["iface"] == "eth1"
+    assert restart(machine, VXLAN, iface="eth1")["restarted"] is False
 
 
 def test_teardown_removes_what_flannel_made_and_nothing_else(machine):
@@ -126,12 +137,11 @@ def test_teardown_removes_what_flannel_made_and_nothing_else(machine):
     restart(machine, VXLAN)
     machine.run(["ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "dstport", "8472"])
     done = charm(machine, """
-left = teardown.tear_down(record, systemd, served=ServedNetwork(), record_problem=None,
-                          masked=False, release_lease=lambda: None,
-                          remove_nrpe_check=lambda: None, log=log)
-print(json.dumps({"left": left, "logged": logged}))
+done = teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
+print(json.dumps({"status": [done.status.state, done.status.message],
+                  "logged": [line for line, _ in done.log]}))
 """)
-    assert done["left"] == []
+    assert done["status"] == ["maintenance", "Flannel removed."]
     assert not flanneld(machine)
     assert not machine.exists("/usr/local/bin/flanneld")
     assert not machine.exists("/lib/systemd/system/flannel.service")
@@ -146,12 +156,14 @@ def test_teardown_without_a_record_removes_no_file(machine):
     install(machine)
     restart(machine, VXLAN)
     done = charm(machine, """
-left = teardown.tear_down(None, systemd, served=ServedNetwork(),
-                          record_problem="install record unreadable", masked=False,
-                          release_lease=lambda: None, remove_nrpe_check=lambda: None, log=log)
-print(json.dumps({"left": left, "logged": logged}))
+from charms.flannel.facts.status import Problem
+ctx.state.set_problem(Problem.RECORD, "Install record unreadable")
+done = teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
+print(json.dumps({"status": [done.status.state, done.status.message],
+                  "logged": [line for line, _ in done.log]}))
 """)
-    assert "/usr/local/bin/flanneld" in done["left"]
+    assert done["status"][0] == "blocked"
+    assert "/usr/local/bin/flanneld" in done["status"][1]
     assert machine.exists("/usr/local/bin/flanneld")
     assert not flanneld(machine)                     # stopped all the same
     assert any("removed no file" in line for line in done["logged"])
@@ -161,11 +173,10 @@ def test_a_failing_step_does_not_keep_the_files(machine):
     install(machine)
     done = charm(machine, """
 def broken():
-    raise OSError("etcd is gone")
-left = teardown.tear_down(record, systemd, served=ServedNetwork(), record_problem=None,
-                          masked=False, release_lease=broken,
-                          remove_nrpe_check=lambda: None, log=log)
-print(json.dumps({"left": left, "logged": logged}))
+    raise OSError("nagios is gone")
+done = teardown.run(ctx, masked=False, remove_nrpe_check=broken)
+print(json.dumps({"logged": [line for line, _ in done.log]}))
 """)
-    assert any("Could not release the lease: etcd is gone" in line for line in done["logged"])
+    assert any("Could not remove the nrpe check: nagios is gone" in line
+               for line in done["logged"])
     assert not machine.exists("/usr/local/bin/flanneld")

@@ -3,18 +3,19 @@ through the real flanneld (v0.27, built by sandbox.resource) against a real
 TLS etcd, both in a namespace of the test network.
 
 For every case the network config goes to etcd exactly as the charm would
-write it (charms.flannel.network.network_config for accepted options; the
+write it (NetworkOptions.network_config().to_json() for accepted options; the
 same shape built by hand for refused ones), and flanneld says yes (it leases
 a subnet and writes subnet.env) or no (it logs "Couldn't fetch network
 config" and retries). Every config the charm accepts, flanneld accepts; every
 one it refuses, flanneld refuses, or the charm is knowingly stricter (the
 table says why).
 
-On main, `10.1.0.0/16` with subnet-len 17 and `10.1.0.0/23` with 24 (the
-default) were accepted by the charm and refused by flanneld ("network must be
-able to accommodate at least four subnets"), and so were VNIs of eight digits
-(flanneld: "failed to create vxlan device: numerical result out of range", its
-device name flannel.<VNI> being longer than 15 characters): those rows failed.
+The rows that once failed: `10.1.0.0/16` with subnet-len 17 and
+`10.1.0.0/23` with 24 (the default), accepted by a charm that did not check
+them and refused by flanneld ("network must be able to accommodate at least
+four subnets"), and VNIs of eight digits (flanneld: "failed to create vxlan
+device: numerical result out of range", its device name flannel.<VNI> being
+longer than 15 characters).
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from charms.flannel.network import network_config
-from charms.flannel.options import InvalidOption, parse_options
+from charms.flannel.facts.options import InvalidOption, parse_options
 from sandbox.network import run
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.gobuild]
@@ -203,7 +203,7 @@ def charm_verdict(options: dict) -> tuple[bool, str]:
     except InvalidOption as refused:
         return False, str(refused)
     # What the charm writes must be what the table sends flanneld.
-    assert network_config(parsed) == raw_config(full)
+    assert parsed.network_config().to_json() == raw_config(full)
     return True, ""
 
 

@@ -1,4 +1,5 @@
-"""The resource tarball and cnitool, built with `go install` into the cache."""
+"""The resource tarball (release/resource.py, scripts/build-resource) and the
+sandbox's tools, built with `go install` into the cache (release/go_build.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from release import go_build
 from sandbox import resource
 
 PT_LOAD, PT_INTERP = 1, 3
@@ -60,13 +62,13 @@ def test_link_settings_and_stamp():
         assert not binary.cgo(arch) and binary.tags(arch) == ()
         assert "-extldflags" not in binary.link_ldflags(arch)
     # the stamp carries the link mode and the exact flags, so a change rebuilds
-    stamp = json.loads(resource._stamp(flanneld, "amd64"))
+    stamp = json.loads(go_build._stamp(flanneld, "amd64"))
     assert stamp["link"] == "static"
     assert stamp["ldflags"] == flanneld.link_ldflags("amd64")
     assert stamp["tags"] == ["netgo", "osusergo"]
     old_dynamic = {"arch": "amd64", "cgo": True, "ldflags": flanneld.ldflags,
                    "package": flanneld.package, "version": flanneld.version}
-    assert resource._stamp(flanneld, "amd64") != json.dumps(old_dynamic, sort_keys=True)
+    assert go_build._stamp(flanneld, "amd64") != json.dumps(old_dynamic, sort_keys=True)
 
 
 def test_elf_parsers_see_a_dynamic_binary(tmp_path):

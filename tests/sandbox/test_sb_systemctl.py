@@ -100,8 +100,8 @@ def sleeping_for(m) -> list[str]:
 
 def test_a_running_unit_keeps_its_definition_until_daemon_reload(machine):
     """systemd runs what it loaded: a charm that rewrites its unit file and
-    restarts without `daemon-reload` gets the old command line (before, the
-    sandbox re-read the file at every start, so such a charm passed)."""
+    restarts without `daemon-reload` gets the old command line (a sandbox
+    that re-read the file at every start would let such a charm pass)."""
     machine.write_file("/lib/systemd/system/sleeper.service", SLEEPER.format(3600))
     assert machine.systemctl("start", "sleeper").returncode == 0   # loaded at first use
     assert sleeping_for(machine) == ["3600"]

@@ -264,10 +264,10 @@ def test_config_upgrade_and_resource_hooks(cluster):
 
 def test_a_refresh_goes_ahead_of_pending_hooks_and_ends_with_config_changed(cluster):
     """Juju's uniter carries out a refresh before the events it has queued
-    and always follows upgrade-charm with config-changed. Before, the
-    sandbox ran the queued config-changed and update-status first (with the
-    new charm's files already in place) and merged away the refresh's
-    config-changed: ["config-changed", "update-status", "upgrade-charm"]."""
+    and always follows upgrade-charm with config-changed. A sandbox that ran
+    the queued config-changed and update-status first (with the new charm's
+    files already in place) and merged away the refresh's config-changed
+    failed this test: ["config-changed", "update-status", "upgrade-charm"]."""
     ctl = cluster.ctl
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
     ctl.settle()
@@ -368,7 +368,8 @@ def test_the_machine_lock_goes_in_a_seeded_order(tmp_path):
 def test_a_subordinate_is_created_once_its_principal_installed_not_started(cluster):
     """Juju's uniter enters a unit's relation scopes right after its
     install: a new principal unit's subordinate exists before the
-    principal's start (on the old main it came only after that start)."""
+    principal's start (a sandbox that made it only after that start failed
+    this test)."""
     ctl = cluster.ctl
     ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
     ctl.settle()

@@ -105,7 +105,7 @@ def test_charms_reactive_on_two_machines(world, machines):
 
 
 def test_ops_principals_extract_debians_plugins_inside_their_machines(world, machines):
-    """Today's worker and control plane untar their cni-plugins resource (the
+    """The ops worker and control plane untar their cni-plugins resource (the
     whole Debian set, no flannel) into their own machine's /opt/cni/bin, in
     every hook; the host's /opt/cni/bin and the other machine see nothing."""
     from sandbox.juju import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp

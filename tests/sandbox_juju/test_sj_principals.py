@@ -1,4 +1,4 @@
-"""Today's principals (sandbox.juju.principals), hook by hook: what the ops
+"""The ops principals (sandbox.juju.principals), hook by hook: what the ops
 kubernetes-worker and kubernetes-control-plane write on their machine and
 publish on `cni`, and when. Local machines (LocalExecutor), a small
 cni-plugins set, an emulated CNI subordinate that publishes what a test tells

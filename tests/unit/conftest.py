@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from charms.flannel.network import EtcdClientSettings
+from charms.flannel.adapters.etcd import EtcdClientSettings
 from sandbox.etcd import EtcdServer
 from sandbox.pki import Pki, make_pki
 
@@ -123,3 +123,44 @@ def netns():
     """open_netns() for one test."""
     with open_netns() as run:
         yield run
+
+
+@pytest.fixture
+def netns_machine(netns):
+    """charms.flannel's Machine whose commands run in a namespace of the test's own."""
+    from charms.flannel.adapters.machine import Machine
+
+    def runner(argv, *, check, input=None):
+        return subprocess.run(["nsenter", f"--net={netns.path}", *argv], check=check,
+                              capture_output=True, text=True, input=input, timeout=60)
+    machine = Machine(runner=runner)
+    machine.netns = netns
+    return machine
+
+
+# --- etcd as a test looks behind the charm's back ----------------------------------
+
+def etcd_client(etcd):
+    """An etcd3gw client of the test's own (to put what flanneld would, and
+    to look at what the charm wrote)."""
+    import etcd3gw
+    return etcd3gw.Etcd3Client(host=etcd.host, port=etcd.port, protocol="https",
+                               timeout=5, session=etcd.session())
+
+
+def wipe_flannel(etcd, prefix: str = "/coreos.com/network") -> None:
+    """flannel's keys at `prefix` gone, v3 and v2."""
+    etcd_client(etcd).delete_prefix(prefix + "/")
+    with etcd.session() as session:
+        session.delete(f"{etcd.endpoint}/v2/keys{prefix}",
+                       params={"recursive": "true", "dir": "true"}, timeout=5)
+
+
+@pytest.fixture
+def flannels_prefix(etcd):
+    """etcd with nothing at flannel's default prefix, for this test alone: the
+    steps work there, and the session's etcd is shared by the tier's tests."""
+    from charms.flannel.facts.etcd_keys import DEFAULT_PREFIX
+    wipe_flannel(etcd, DEFAULT_PREFIX)
+    yield DEFAULT_PREFIX
+    wipe_flannel(etcd, DEFAULT_PREFIX)

@@ -1,15 +1,18 @@
 """Adoption of the old charm's files, on real files laid out
 as charm-flannel leaves a unit at the seed's revision (f79f180) and at HEAD
-(a69755c)."""
+(a69755c); and the take-over step that runs it in upgrade-charm."""
 import json
 import os
 import stat
 
 import pytest
+import stepkit
 
-from charms.flannel import adoption
-from charms.flannel.adoption import DEFAULT_NETWORK_NAME, OldCharmLayout, adopt
-from charms.flannel.install_record import InstallRecord
+from charms.flannel.adapters.install_record import InstallRecord
+from charms.flannel.adapters.node_files import cni_network_name
+from charms.flannel.facts.cni_config import DEFAULT_NETWORK_NAME, PRINCIPAL_PLUGINS
+from charms.flannel.steps import adoption
+from charms.flannel.steps.adoption import OldCharmLayout, adopt, take_over
 
 OLD_FLAGS = {"flannel.binaries.installed", "flannel.etcd.credentials.installed",
              "flannel.service.installed", "flannel.service.started",
@@ -84,7 +87,7 @@ def test_the_old_charms_files_become_ours_and_the_workers_never(
         expected.add(layout.cni_plugin)
     assert set(result.adopted) == expected
     assert set(record.recorded_paths()) == expected
-    for name in adoption.WORKER_PLUGINS:
+    for name in PRINCIPAL_PLUGINS:
         assert not record.is_recorded(layout.cni_bin_dir / name)
         assert layout.cni_bin_dir / name in result.left
     # The key is root-only now, and so is its directory.
@@ -124,8 +127,8 @@ def test_a_binary_someone_installed_since_is_theirs_and_stays_after_stop(
         layout, charm_dir, record, binary):
     """Adoption by content: an etcdctl the operator installed after the old
     charm (or a flanneld of their own) is not the extract's bytes, so it is
-    never claimed; before, the old charm's flags alone made it flannel's and
-    stop deleted it."""
+    never claimed: the old charm's flags alone do not make it flannel's, nor
+    stop delete it."""
     old_unit(layout, charm_dir, "a69755c")
     theirs = getattr(layout, binary)
     write(theirs, b"the operator's own " + binary.encode(), 0o755)
@@ -172,7 +175,7 @@ def test_the_network_name_in_use_is_kept(layout, charm_dir, record):
     old_unit(layout, charm_dir, "a69755c")
     layout.conflist.write_text(json.dumps({"name": "cbr0"}))
     assert adopt(record, OLD_FLAGS, charm_dir, layout).network_name == "cbr0"
-    assert adoption.cni_network_name(layout.conflist) == "cbr0"
+    assert cni_network_name(layout.conflist, None, layout.conflist.parent / "networks") == "cbr0"
 
 
 def test_the_older_conf_gives_its_name_and_goes(layout, charm_dir, record):
@@ -186,10 +189,8 @@ def test_the_older_conf_gives_its_name_and_goes(layout, charm_dir, record):
 
 def test_a_fresh_unit_uses_the_old_charms_network_name(tmp_path):
     tables = tmp_path / "networks"
-    assert adoption.cni_network_name(tmp_path / "absent.conflist", tables_dir=tables) == \
-        "CDK-flannel-network"
-    assert adoption.cni_network_name(tmp_path / "absent", remembered="cbr0",
-                                     tables_dir=tables) == "cbr0"
+    assert cni_network_name(tmp_path / "absent.conflist", None, tables) == "CDK-flannel-network"
+    assert cni_network_name(tmp_path / "absent", "cbr0", tables) == "cbr0"
 
 
 def test_a_readded_unit_keeps_the_network_its_running_pods_hold_addresses_in(tmp_path):
@@ -197,11 +198,68 @@ def test_a_readded_unit_keeps_the_network_its_running_pods_hold_addresses_in(tmp
     (tables / "my-pods").mkdir(parents=True)
     (tables / "my-pods" / "last_reserved_ip.0").write_text("10.1.5.3")
     (tables / "my-pods" / "lock").write_text("")
-    assert adoption.cni_network_name(tmp_path / "absent", tables_dir=tables) == \
+    assert cni_network_name(tmp_path / "absent", None, tables) == \
         DEFAULT_NETWORK_NAME   # no pod holds an address there
     (tables / "my-pods" / "10.1.5.3").write_text("container\neth0")
-    assert adoption.cni_network_name(tmp_path / "absent", tables_dir=tables) == "my-pods"
+    assert cni_network_name(tmp_path / "absent", None, tables) == "my-pods"
     (tables / "other").mkdir()
     (tables / "other" / "10.2.0.2").write_text("x")
-    assert adoption.cni_network_name(tmp_path / "absent", tables_dir=tables) == \
+    assert cni_network_name(tmp_path / "absent", None, tables) == \
         DEFAULT_NETWORK_NAME   # two tables in use: nothing says which
+
+
+# -- take_over: the upgrade-charm step ----------------------------------------------------
+
+def flanneld_saying(version: str) -> bytes:
+    """A stand-in for the old charm's flanneld: `flanneld -version` prints
+    its version to stderr, as flanneld does."""
+    return f"#!/bin/sh\necho {version} >&2\n".encode()
+
+
+def refreshed_unit(tmp_path, revision, flanneld_version):
+    """A unit as `juju refresh` from charm-flannel hands it over: the old
+    charm's files below the context's node, its extract in the charm dir."""
+    ctx = stepkit.context(tmp_path, hook="upgrade-charm")
+    layout = OldCharmLayout.of(ctx.paths)
+    charm_dir = ctx.juju.charm_dir
+    old_unit(layout, charm_dir, revision)
+    for path in (layout.flanneld, charm_dir / "files" / "flannel" / "flanneld"):
+        write(path, flanneld_saying(flanneld_version), 0o755)
+    layout.conflist.write_text(json.dumps({"name": "cbr0"}))
+    for key in adoption.OLD_DATA_KEYS:
+        ctx.state.kv.set(key, "the old charm's")
+    return ctx, layout
+
+
+def test_take_over_from_flannel_v011_remembers_its_rules_name_and_clears_its_flags(tmp_path):
+    """At f79f180 the old charm ran flanneld v0.11, whose iptables rules sit
+    in the built-in chains: the unit remembers to take them away."""
+    ctx, layout = refreshed_unit(tmp_path, "f79f180", "v0.11.0")
+    out = take_over(ctx, OLD_FLAGS)
+    assert ctx.state.v011_rules is True
+    assert ctx.state.cni_network_name == "cbr0"
+    assert ctx.cni_network_name() == "cbr0"
+    for key in adoption.OLD_DATA_KEYS:
+        assert ctx.state.kv.get(key) is None
+    assert "flannel.network.configured" in out.clear_flags
+    assert "etcd.available" not in out.clear_flags
+    assert ctx.record.is_recorded(layout.flanneld) and ctx.record.is_recorded(layout.conflist)
+    [(message, warning)] = out.log
+    assert message.startswith("Took over from the previous flannel charm: adopted ")
+    assert str(layout.service_file) in message and not warning
+
+
+def test_take_over_from_a_flanneld_of_the_v3_era_has_no_old_rules_to_remember(tmp_path):
+    ctx, layout = refreshed_unit(tmp_path, "a69755c", "v0.22.0")
+    take_over(ctx, OLD_FLAGS)
+    assert ctx.state.v011_rules is None
+    assert ctx.record.is_recorded(layout.cni_plugin)
+
+
+def test_take_over_where_the_old_charm_never_ran_changes_nothing(tmp_path):
+    ctx, layout = refreshed_unit(tmp_path, "f79f180", "v0.11.0")
+    out = take_over(ctx, {"etcd.available", "flannel.installed"})
+    assert out.log == [] and out.clear_flags == []
+    assert ctx.state.v011_rules is None and ctx.state.cni_network_name is None
+    assert ctx.record.recorded_paths() == []
+    assert all(ctx.state.kv.get(key) == "the old charm's" for key in adoption.OLD_DATA_KEYS)

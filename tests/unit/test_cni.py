@@ -1,15 +1,17 @@
-"""The CNI chain check behind the status: real files in
-a real directory, as the principal and the charm leave them.
+"""The CNI checks behind the status (adapters/node_files.py on the rules of
+facts/cni_config.py): real files in a real directory, as the principal and
+the charm leave them.
 
-On main there was no such check (ImportError: charms.flannel.cni), and the
-unit stayed active while pods failed with libcni's "failed to find plugin"."""
+Without the chain check the unit stays active while pods fail with libcni's
+"failed to find plugin", which only `kubectl describe pod` shows."""
 import json
 from pathlib import Path
 
 import pytest
 
-from charms.flannel import cni
-from charms.flannel.cni import CHAIN, chain_problem
+from charms.flannel.adapters.node_files import chain_problem, runtime_config_problem
+from charms.flannel.facts.cni_config import CHAIN
+from charms.flannel.facts.options import parse_options
 
 
 def full_chain(directory: Path) -> Path:
@@ -61,12 +63,10 @@ def test_the_problem_clears_when_the_plugin_comes_back(tmp_path):
 def test_the_cni_relation_carries_both_pod_networks_ipv4_first():
     """kubernetes-control-plane passes `cidr` as is to --cluster-cidr: dual-stack
     is "v4,v6" with no spaces, as Calico publishes it."""
-    from charms.flannel.cni import published_cidr
-    from charms.flannel.options import network_config, parse_options
-    v4 = network_config(parse_options({"cidr": "10.1.0.0/16"}))
-    dual = network_config(parse_options({"cidr": "10.1.0.0/16", "ipv6-cidr": "fd10:1::/56"}))
-    assert published_cidr(v4) == "10.1.0.0/16"
-    assert published_cidr(dual) == "10.1.0.0/16,fd10:1::/56"
+    v4 = parse_options({"cidr": "10.1.0.0/16"}).network_config()
+    dual = parse_options({"cidr": "10.1.0.0/16", "ipv6-cidr": "fd10:1::/56"}).network_config()
+    assert v4.published_cidr == "10.1.0.0/16"
+    assert dual.published_cidr == "10.1.0.0/16,fd10:1::/56"
 
 
 # --- the config the container runtime loads first -----------------------------------------
@@ -91,15 +91,20 @@ def conf_dir(tmp_path, **files) -> Path:
     return d
 
 
+def runtime_problem(d: Path):
+    """What the status says of the conf dir, flannel's conflist its own file."""
+    return runtime_config_problem(d, d / "10-flannel.conflist")
+
+
 def test_flannel_s_conflist_alone_loads(tmp_path):
-    assert cni.runtime_config_problem(conf_dir(tmp_path)) is None
+    assert runtime_problem(conf_dir(tmp_path)) is None
 
 
 def test_a_link_to_flannel_s_conflist_loads(tmp_path):
     """kubernetes-worker links 05-default.conflist (the reactive worker) or
     01-default.conflist (the ops principals) to the CNI's file."""
     linked = conf_dir(tmp_path, **{"05_default": "->10-flannel.conflist"})
-    assert cni.runtime_config_problem(linked) is None
+    assert runtime_problem(linked) is None
 
 
 @pytest.mark.parametrize("files, said", [
@@ -110,25 +115,24 @@ def test_a_link_to_flannel_s_conflist_loads(tmp_path):
     ({"01-conf.conf": json.dumps({"name": "x"})}, "has no plugin type"),
 ])
 def test_a_config_before_flannel_s_that_does_not_load_stops_every_pod(tmp_path, files, said):
-    problem = cni.runtime_config_problem(conf_dir(tmp_path, **files))
+    problem = runtime_problem(conf_dir(tmp_path, **files))
     assert said in problem and "starts no pod" in problem
 
 
 def test_a_broken_file_after_flannel_s_or_of_another_kind_is_never_read(tmp_path):
     d = conf_dir(tmp_path, **{"99_broken": "{", "00-notes.txt": "{"})
-    assert cni.runtime_config_problem(d) is None
+    assert runtime_problem(d) is None
 
 
 def test_another_network_first_is_the_operator_s_choice(tmp_path):
     multus = {"name": "multus-cni-network", "type": "multus", "delegates": [FLANNEL_CONFLIST]}
     d = conf_dir(tmp_path, **{"00-multus.conf": json.dumps(multus)})
-    assert cni.runtime_config_problem(d) is None
+    assert runtime_problem(d) is None
 
 
 def test_flannel_s_conflist_broken_or_gone_is_named(tmp_path):
     d = conf_dir(tmp_path)
     (d / "10-flannel.conflist").write_text('{"name": "CDK-flannel-network"')
-    assert "10-flannel.conflist is not JSON" in cni.runtime_config_problem(d)
+    assert "10-flannel.conflist is not JSON" in runtime_problem(d)
     (d / "10-flannel.conflist").unlink()
-    assert "10-flannel.conflist is missing" in cni.runtime_config_problem(
-        d, d / "10-flannel.conflist")
+    assert "10-flannel.conflist is missing" in runtime_problem(d)

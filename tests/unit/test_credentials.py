@@ -3,18 +3,22 @@ import stat
 
 import pytest
 
-from charms.flannel.credentials import client_files, pem_problem, write_client_credentials
-from charms.flannel.install_record import InstallRecord
+from charms.flannel.adapters.credentials import (client_files, pem_problem,
+                                                 write_client_credentials)
+from charms.flannel.adapters.install_record import InstallRecord
+from charms.flannel.facts.paths import Paths
 
 CA, CERT, KEY = "-----CA-----\n", "-----CERT-----\n", "-----KEY-----\n"
 
 
 def test_credentials_are_written_root_only(tmp_path):
+    node = Paths.under(tmp_path)
     directory = tmp_path / "etc/ssl/flannel"
-    files, changed = write_client_credentials(InstallRecord(tmp_path / "record"),
-                                              CA, CERT, KEY, directory)
+    files, changed = write_client_credentials(InstallRecord(tmp_path / "record"), node,
+                                              CA, CERT, KEY)
     assert changed
-    assert files == client_files(directory)
+    assert files == client_files(node)
+    assert files.ca_file.parent == directory
     assert files.key_file.read_text() == KEY
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     for path in (files.ca_file, files.cert_file, files.key_file):
@@ -23,20 +27,21 @@ def test_credentials_are_written_root_only(tmp_path):
 
 def test_same_credentials_again_change_nothing_and_new_ones_do(tmp_path):
     record = InstallRecord(tmp_path / "record")
-    directory = tmp_path / "ssl"
-    write_client_credentials(record, CA, CERT, KEY, directory)
-    assert not write_client_credentials(record, CA, CERT, KEY, directory)[1]
-    assert write_client_credentials(record, CA, "-----NEW CERT-----\n", KEY, directory)[1]
+    node = Paths.under(tmp_path)
+    write_client_credentials(record, node, CA, CERT, KEY)
+    assert not write_client_credentials(record, node, CA, CERT, KEY)[1]
+    assert write_client_credentials(record, node, CA, "-----NEW CERT-----\n", KEY)[1]
+    assert node.etcd_cert.read_text() == "-----NEW CERT-----\n"
 
 
 def test_removal_takes_the_credentials_and_their_directory_only(tmp_path):
-    (tmp_path / "ssl/certs").mkdir(parents=True)  # the machine's, not ours
+    (tmp_path / "etc/ssl/certs").mkdir(parents=True)  # the machine's, not ours
     record = InstallRecord(tmp_path / "record")
-    directory = tmp_path / "ssl/flannel"
-    write_client_credentials(record, CA, CERT, KEY, directory)
+    node = Paths.under(tmp_path)
+    write_client_credentials(record, node, CA, CERT, KEY)
     record.remove_all()
-    assert not directory.exists()
-    assert (tmp_path / "ssl/certs").is_dir()
+    assert not node.etcd_tls_dir.exists()
+    assert (tmp_path / "etc/ssl/certs").is_dir()
 
 
 # -- the relation's TLS material is input --------------------------------------

@@ -1,21 +1,35 @@
-"""charms.flannel.daemon: what a change of network leaves behind (LP #1932551)."""
+"""What a change of network leaves behind (LP #1932551), taken away by
+steps.flanneld.forget_old_network while flanneld is stopped: on a real bridge
+and real vxlan devices in a network namespace of the test's own, with
+subnet.env a real file. Also the devices and MTUs flanneld makes for a
+network config (facts.netconfig, adapters.vxlan) and the interface it runs on."""
 from __future__ import annotations
 
 import ipaddress
 import json
-import subprocess
-from pathlib import Path
 
 import pytest
+import stepkit
 
-from charms.flannel import daemon
+from charms.flannel.adapters import links, vxlan
+from charms.flannel.facts.flanneld import of_the_v2_era
+from charms.flannel.facts.host_network import binding_interface
+from charms.flannel.facts.netconfig import NetworkConfig, vxlan_v6_device_mtu
+from charms.flannel.steps.flanneld import forget_old_network
 
-ROOT = Path(__file__).resolve().parents[2]
-NET = ipaddress.IPv4Network("10.3.0.0/16")
 
-
-def inet(address: str, prefixlen: int) -> dict:
-    return {"family": "inet", "local": address, "prefixlen": prefixlen, "scope": "global"}
+def network(cidr="10.3.0.0/16", subnet_len=24, backend="vxlan", vni=1, mtu=None,
+            ipv6=None) -> NetworkConfig:
+    """The network config flanneld reads from etcd; `ipv6` "fd10:1::/56"
+    turns dual-stack on."""
+    config = {"Network": cidr, "SubnetLen": subnet_len, "Backend": {"Type": backend}}
+    if backend == "vxlan":
+        config["Backend"]["VNI"] = vni
+        if mtu:
+            config["Backend"]["MTU"] = mtu
+    if ipv6:
+        config.update(EnableIPv6=True, IPv6Network=ipv6, IPv6SubnetLen=64)
+    return NetworkConfig.from_json(config)
 
 
 def subnet_env(network: str, subnet: str) -> str:
@@ -23,27 +37,33 @@ def subnet_env(network: str, subnet: str) -> str:
             "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n")
 
 
-# --- forget_old_network, on a real bridge and real vxlan devices in a namespace ---------
+# --- flanneld's vxlan devices ------------------------------------------------------------
 
-def vxlan(name: str, vni: int, mtu: int = 1450) -> dict:
+def vxlan_entry(name: str, vni: int, mtu: int = 1450) -> dict:
     return {"ifname": name, "mtu": mtu,
             "linkinfo": {"info_kind": "vxlan", "info_data": {"id": vni}}}
 
 
 LINKS = [{"ifname": "lo"}, {"ifname": "eth0", "linkinfo": {"info_kind": "veth"}},
          {"ifname": "cni0", "linkinfo": {"info_kind": "bridge"}},
-         vxlan("flannel.1", 1), vxlan("flannel.4097", 4097), vxlan("flannel-v6.1", 1),
-         vxlan("vx0", 1), {"ifname": "flannel.7", "linkinfo": {"info_kind": "dummy"}}]
+         vxlan_entry("flannel.1", 1), vxlan_entry("flannel.4097", 4097),
+         vxlan_entry("flannel-v6.1", 1), vxlan_entry("vx0", 1),
+         {"ifname": "flannel.7", "linkinfo": {"info_kind": "dummy"}}]
 
 
 def test_flannel_vxlan_links_are_flanneld_s_vxlan_devices_only():
-    assert daemon.flannel_vxlan_links(LINKS) == ["flannel.1", "flannel.4097", "flannel-v6.1"]
+    assert vxlan.flannel_vxlan_links(LINKS) == ["flannel.1", "flannel.4097", "flannel-v6.1"]
 
 
-def test_vxlan_link_name_follows_the_vni():
-    assert daemon.vxlan_link_name(1) == daemon.VXLAN_LINK == "flannel.1"
-    assert daemon.vxlan_link_name(4097) == "flannel.4097"
+def test_the_vxlan_device_s_name_follows_the_vni():
+    assert network().vxlan_link == "flannel.1"
+    assert network(vni=4097).vxlan_link == "flannel.4097"
+    assert network(vni=4097, ipv6="fd10:1::/56").vxlan_v6_link == "flannel-v6.4097"
+    assert network().vxlan_v6_link is None
+    assert network(backend="host-gw").vxlan_link is None
 
+
+# --- forget_old_network, on a real bridge and real vxlan devices in a namespace ---------
 
 class Node:
     """A network namespace as flanneld and the bridge plugin left it."""
@@ -82,143 +102,148 @@ class Node:
 
 
 @pytest.fixture
-def node(netns):
-    return Node(netns)
+def node(netns_machine):
+    return Node(netns_machine.netns)
 
 
-def forget(node: Node, env: Path, vxlan_link, network=NET, subnet_len=24, **kwargs):
-    return daemon.forget_old_network(network, subnet_len, env, vxlan_link, run=node.run,
-                                     **kwargs)
+@pytest.fixture
+def ctx(tmp_path, netns_machine):
+    """A hook's context whose machine is the node's namespace."""
+    return stepkit.context(tmp_path, machine=netns_machine)
 
 
-def test_cidr_change_drops_the_old_gateway_and_the_old_subnet_env(node, tmp_path):
+def write_env(ctx, text: str):
+    """subnet.env where flanneld writes it (below the test's directory)."""
+    path = ctx.paths.subnet_env
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_cidr_change_drops_the_old_gateway_and_the_old_subnet_env(node, ctx):
     node.bridge("10.1.52.1/24")
-    env = tmp_path / "subnet.env"
-    env.write_text(subnet_env("10.1.0.0/16", "10.1.52.1/24"))
-    gone = forget(node, env, "flannel.1")
+    env = write_env(ctx, subnet_env("10.1.0.0/16", "10.1.52.1/24"))
+    gone = forget_old_network(ctx, network(), None)
     assert gone.bridge_addresses == ["10.1.52.1/24"] and gone.subnet_env and gone
+    assert str(gone.old_lease.subnet) == "10.1.52.1/24"
     assert node.addresses() == [] and not env.exists()
 
 
-def test_a_unit_back_with_no_subnet_env_and_no_pod_drops_flannel_s_gateway(node, tmp_path):
+def test_a_unit_back_with_no_subnet_env_and_no_pod_drops_flannel_s_gateway(node, ctx):
     """A unit added back after its lease expired (removal took subnet.env):
     flanneld will lease anew, and the bridge plugin would refuse the new
     gateway beside the old one. An address of no flannel network stays."""
     node.bridge("10.3.29.1/24", "192.168.9.1/24")
-    gone = forget(node, tmp_path / "subnet.env", "flannel.1")
+    gone = forget_old_network(ctx, network(), None)
     assert gone.bridge_addresses == ["10.3.29.1/24"]
     assert node.addresses() == ["192.168.9.1/24"]
 
 
-def test_a_unit_back_with_pods_on_the_bridge_keeps_their_gateway_for_now(node, tmp_path):
+def test_a_unit_back_with_pods_on_the_bridge_keeps_their_gateway_for_now(node, ctx):
     node.bridge("10.3.29.1/24").pod()
-    assert not forget(node, tmp_path / "subnet.env", "flannel.1").bridge_addresses
+    assert not forget_old_network(ctx, network(), None).bridge_addresses
     assert node.addresses() == ["10.3.29.1/24"]
 
 
-def test_vni_change_deletes_the_old_vxlan_device_only(node, tmp_path):
+def test_vni_change_deletes_the_old_vxlan_device_only(node, ctx):
     node.bridge("10.3.7.1/24").vxlan("flannel.1", 1).vxlan("vx0", 7)
-    env = tmp_path / "subnet.env"
-    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
-    gone = forget(node, env, "flannel.4097")
+    write_env(ctx, subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = forget_old_network(ctx, network(vni=4097), None)
     assert gone.vxlan_links == ["flannel.1"] and gone
     assert "flannel.1" not in node.links() and "vx0" in node.links()
     assert node.addresses() == ["10.3.7.1/24"]
 
 
-def test_an_mtu_change_recreates_the_device_flanneld_would_reuse(node, tmp_path):
+def test_an_mtu_change_recreates_the_device_flanneld_would_reuse(node, ctx):
     node.vxlan("flannel.1", 1, mtu=1450)
-    gone = forget(node, tmp_path / "subnet.env", "flannel.1", pod_mtu=1350)
+    gone = forget_old_network(ctx, network(mtu=1400), None)   # pods: 1350
     assert gone.vxlan_links == ["flannel.1"] and "flannel.1" not in node.links()
 
 
-def test_the_bridge_gets_the_pods_new_mtu(node, tmp_path):
+def test_the_bridge_gets_the_pods_new_mtu(node, ctx):
     node.bridge("10.3.7.1/24", mtu=1350).vxlan("flannel.1", 1, mtu=1350)
-    env = tmp_path / "subnet.env"
-    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
-    gone = forget(node, env, "flannel.1", pod_mtu=8950)
+    write_env(ctx, subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = forget_old_network(ctx, network(), 9000)   # mtu 0: the interface's, pods 8950
     assert gone.bridge_mtu == (1350, 8950) and node.bridge_mtu() == 8950
 
 
-def test_host_gw_pods_get_the_interface_mtu_and_the_bridge_follows(node, tmp_path):
-    config = {"Network": "10.3.0.0/16", "Backend": {"Type": "host-gw"}}
-    assert daemon.pod_mtu(config, 1500) == 1500
-    assert daemon.pod_mtu({"Backend": {"Type": "vxlan", "MTU": 1400}}, 1500) == 1350
+def test_host_gw_pods_get_the_interface_mtu_and_the_bridge_follows(node, ctx):
+    host_gw = network(backend="host-gw")
+    assert host_gw.pod_mtu(1500) == 1500
+    assert network(mtu=1400).pod_mtu(1500) == 1350
     node.bridge("10.3.7.1/24", mtu=1350)   # left from vxlan
-    gone = forget(node, tmp_path / "subnet.env", None, pod_mtu=daemon.pod_mtu(config, 1500))
+    gone = forget_old_network(ctx, host_gw, 1500)
     assert gone.bridge_mtu == (1350, 1500) and node.bridge_mtu() == 1500
 
 
-def test_the_device_with_the_wanted_mtu_is_kept(node, tmp_path):
+def test_the_device_with_the_wanted_mtu_is_kept(node, ctx):
     node.bridge("10.3.7.1/24", mtu=1350).vxlan("flannel.1", 1, mtu=1350)
-    env = tmp_path / "subnet.env"
-    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
-    gone = forget(node, env, "flannel.1", pod_mtu=1350)
-    assert not gone and "flannel.1" in node.links()
+    env = write_env(ctx, subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    assert not forget_old_network(ctx, network(mtu=1400), 1500)
+    assert "flannel.1" in node.links() and env.exists()
 
 
-@pytest.mark.parametrize("config, underlay, device", [
-    ({"Backend": {"Type": "vxlan", "MTU": 1400}}, 9000, 1350),   # the option wins
-    ({"Backend": {"Type": "vxlan"}}, 9000, 8950),               # flanneld's: the interface's
-    ({"Backend": {"Type": "vxlan"}}, None, None),               # not known: not compared
-    ({"Backend": {"Type": "host-gw"}}, 1500, None),             # no device
-    ({}, 1500, 1450),                                           # vxlan is flanneld's default
+@pytest.mark.parametrize("backend, underlay, device", [
+    ({"Type": "vxlan", "MTU": 1400}, 9000, 1350),   # the option wins
+    ({"Type": "vxlan"}, 9000, 8950),               # flanneld's: the interface's
+    ({"Type": "vxlan"}, None, None),               # not known: not compared
+    ({"Type": "host-gw"}, 1500, None),             # no device
+    ({"Type": "udp"}, 1500, None),                 # no Backend at all: flanneld's udp
 ])
-def test_the_vxlan_device_mtu_flanneld_makes(config, underlay, device):
-    assert daemon.vxlan_device_mtu(config, underlay) == device
+def test_the_vxlan_device_mtu_flanneld_makes(backend, underlay, device):
+    config = NetworkConfig.from_json({"Network": "10.3.0.0/16", "Backend": backend})
+    assert config.vxlan_mtus(underlay).get("flannel.1") == device
+    if device is not None:
+        assert config.pod_mtu(underlay) == device   # pods get the device's MTU
 
 
-def test_a_backend_without_vxlan_keeps_no_vxlan_device(node, tmp_path):
+def test_a_backend_without_vxlan_keeps_no_vxlan_device(node, ctx):
     node.vxlan("flannel.1", 1)
-    assert forget(node, tmp_path / "subnet.env", None).vxlan_links == ["flannel.1"]
+    assert forget_old_network(ctx, network(backend="host-gw"), None).vxlan_links == \
+        ["flannel.1"]
     assert "flannel.1" not in node.links()
 
 
-def test_delete_vxlan_links_on_stop_deletes_every_vni(node):
+def test_delete_vxlan_links_on_stop_deletes_every_vni(node, netns_machine):
     node.vxlan("flannel.1", 1).vxlan("flannel.4097", 4097).vxlan("flannel-v6.1", 11)
     node.vxlan("vx0", 7)
-    assert sorted(daemon.delete_vxlan_links(run=node.run)) == \
+    assert sorted(vxlan.delete_vxlan_links(netns_machine)) == \
         ["flannel-v6.1", "flannel.1", "flannel.4097"]
     assert "vx0" in node.links() and not any(n.startswith("flannel") for n in node.links())
 
 
-def test_same_network_touches_nothing(node, tmp_path):
+def test_same_network_touches_nothing(node, ctx):
     node.bridge("10.3.7.1/24").vxlan("flannel.1", 1)
-    env = tmp_path / "subnet.env"
-    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
-    assert not forget(node, env, "flannel.1")
+    env = write_env(ctx, subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    assert not forget_old_network(ctx, network(), None)
     assert node.addresses() == ["10.3.7.1/24"] and "flannel.1" in node.links()
     assert env.exists()
 
 
-def test_subnet_len_change_drops_the_lease_of_the_old_length(node, tmp_path):
+def test_subnet_len_change_drops_the_lease_of_the_old_length(node, ctx):
     node.bridge("10.3.7.1/24")
-    env = tmp_path / "subnet.env"
-    env.write_text(subnet_env("10.3.0.0/16", "10.3.7.1/24"))
-    gone = forget(node, env, "flannel.1", subnet_len=26)
+    env = write_env(ctx, subnet_env("10.3.0.0/16", "10.3.7.1/24"))
+    gone = forget_old_network(ctx, network(subnet_len=26), None)
     assert gone.bridge_addresses == ["10.3.7.1/24"] and node.addresses() == []
     assert gone.subnet_env and not env.exists()
 
 
-def test_no_bridge_and_no_subnet_env_yet(node, tmp_path):
-    assert not forget(node, tmp_path / "subnet.env", "flannel.1")
+def test_no_bridge_and_no_subnet_env_yet(node, ctx):
+    assert not forget_old_network(ctx, network(), None)
 
 
-def test_an_incomplete_subnet_env_is_flanneld_s_business(node, tmp_path):
-    env = tmp_path / "subnet.env"
-    env.write_text("FLANNEL_NETWORK=10.1.0.0/16\n")   # flanneld still writing it
-    assert not forget(node, env, "flannel.1")
+def test_an_incomplete_subnet_env_is_flanneld_s_business(node, ctx):
+    env = write_env(ctx, "FLANNEL_NETWORK=10.1.0.0/16\n")   # flanneld still writing it
+    assert not forget_old_network(ctx, network(), None)
     assert env.exists()
 
 
-def test_a_garbled_subnet_env_goes(node, tmp_path):
-    env = tmp_path / "subnet.env"
-    env.write_text(subnet_env("10.1.0.0/16", "not-an-address"))
-    assert forget(node, env, "flannel.1").subnet_env
+def test_a_garbled_subnet_env_goes(node, ctx):
+    env = write_env(ctx, subnet_env("10.1.0.0/16", "not-an-address"))
+    assert forget_old_network(ctx, network(), None).subnet_env
     assert not env.exists()
 
 
-IPV6 = (ipaddress.IPv6Network("fd10:1::/56"), 64)
 DUAL_ENV = (subnet_env("10.3.0.0/16", "10.3.7.1/24")
             + "FLANNEL_IPV6_NETWORK=fd10:1::/56\nFLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n")
 
@@ -227,21 +252,21 @@ DUAL_ENV = (subnet_env("10.3.0.0/16", "10.3.7.1/24")
     ("10.3.7.1/24", None, True),
     ("10.1.52.1/24", None, False),       # the old cidr
     ("10.3.7.1/26", None, False),        # another lease length
-    ("fd10:1:0:5::1/64", IPV6, True),
+    ("fd10:1:0:5::1/64", "fd10:1::/56", True),
     ("fd10:1:0:5::1/64", None, False),   # IPv6 off
-    ("fd20::1/64", IPV6, False),
-    ("fd10:1:0:6::1/80", IPV6, False),
+    ("fd20::1/64", "fd10:1::/56", False),
+    ("fd10:1:0:6::1/80", "fd10:1::/56", False),
 ])
 def test_could_be_gateway(address, ipv6, fits):
-    assert daemon.could_be_gateway(ipaddress.ip_interface(address), NET, 24, ipv6) is fits
+    assert network(ipv6=ipv6).could_be_gateway(ipaddress.ip_interface(address)) is fits
 
 
 @pytest.mark.parametrize("env_text, ipv6", [
-    (subnet_env("10.3.0.0/16", "10.3.7.1/24"), IPV6),   # IPv6 turned on
-    (DUAL_ENV, None),                                   # IPv6 turned off
+    (subnet_env("10.3.0.0/16", "10.3.7.1/24"), "fd10:1::/56"),   # IPv6 turned on
+    (DUAL_ENV, None),                                            # IPv6 turned off
 ])
-def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(node, tmp_path,
-                                                                      env_text, ipv6):
+def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(node, ctx, env_text,
+                                                                      ipv6):
     """flanneld drops a lease of the other shape and leases every node anew,
     IPv4 subnet included: the old IPv4 gateway, inside the network, would
     make the bridge plugin refuse the new one. Pods on the bridge or not."""
@@ -250,9 +275,8 @@ def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(node, tmp_
     node.vxlan("flannel.1", 1)
     if was_dual:
         node.vxlan("flannel-v6.1", 11, mtu=1430)
-    env = tmp_path / "subnet.env"
-    env.write_text(env_text)
-    gone = forget(node, env, "flannel.1", ipv6=ipv6)
+    env = write_env(ctx, env_text)
+    gone = forget_old_network(ctx, network(ipv6=ipv6), None)
     assert gone.subnet_env and not env.exists() and gone.old_lease is not None
     assert sorted(gone.bridge_addresses) == ["10.3.7.1/24"] + (
         ["fd10:1:0:5::1/64"] if was_dual else [])
@@ -260,15 +284,14 @@ def test_turning_ipv6_on_or_off_drops_the_lease_and_both_its_gateways(node, tmp_
     assert "flannel-v6.1" not in node.links() and "flannel.1" in node.links()
 
 
-def test_a_dual_stack_node_on_its_network_touches_nothing(node, tmp_path):
+def test_a_dual_stack_node_on_its_network_touches_nothing(node, ctx):
     """flannel-v6.1 is 20 bytes smaller than the pods' MTU (Linux caps it at
-    the interface's less 70): compared with the pods' MTU it was deleted at
-    every restart, and IPv6 pod traffic dropped each time."""
+    the interface's less 70): compared with the pods' MTU it would be
+    deleted at every restart, and IPv6 pod traffic dropped each time."""
     node.bridge("10.3.7.1/24", "fd10:1:0:5::1/64").vxlan("flannel.1", 1, mtu=1450)
     node.vxlan("flannel-v6.1", 11, mtu=1430)
-    env = tmp_path / "subnet.env"
-    env.write_text(DUAL_ENV)
-    assert not forget(node, env, "flannel.1", ipv6=IPV6, pod_mtu=1450, underlay_mtu=1500)
+    env = write_env(ctx, DUAL_ENV)
+    assert not forget_old_network(ctx, network(ipv6="fd10:1::/56"), 1500)
     assert node.addresses() == ["10.3.7.1/24", "fd10:1:0:5::1/64"]
     assert {"flannel.1", "flannel-v6.1"} <= set(node.links()) and env.exists()
 
@@ -280,22 +303,30 @@ def test_a_dual_stack_node_on_its_network_touches_nothing(node, tmp_path):
     (None, 1500, None),   # pods' MTU unknown: not compared
 ])
 def test_the_ipv6_vxlan_device_mtu_flanneld_gets(pod_mtu, underlay, v6_device):
-    assert daemon.vxlan_v6_device_mtu(pod_mtu, underlay) == v6_device
+    assert vxlan_v6_device_mtu(pod_mtu, underlay) == v6_device
 
 
-def test_network_shape_reads_what_flanneld_reads():
-    from charms.flannel.daemon import network_shape
-    assert network_shape({"Network": "10.3.0.0/16", "SubnetLen": 26,
-                          "Backend": {"Type": "vxlan", "VNI": 4097}}) == (
-        ipaddress.IPv4Network("10.3.0.0/16"), 26, 4097)
-    assert network_shape({"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}})[1:] == (24, 1)
-    assert network_shape({"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}})[2] is None
+def test_a_dual_stack_config_keeps_both_devices_at_their_own_mtus():
+    assert network(ipv6="fd10:1::/56").vxlan_mtus(1500) == {"flannel.1": 1450,
+                                                            "flannel-v6.1": 1430}
+    assert network(mtu=1400, ipv6="fd10:1::/56").vxlan_mtus(1500) == {"flannel.1": 1350,
+                                                                      "flannel-v6.1": 1350}
+
+
+def test_the_network_config_reads_what_flanneld_reads():
+    config = NetworkConfig.from_json({"Network": "10.3.0.0/16", "SubnetLen": 26,
+                                      "Backend": {"Type": "vxlan", "VNI": 4097}})
+    assert (config.network, config.subnet_len, config.vxlan_link) == (
+        ipaddress.IPv4Network("10.3.0.0/16"), 26, "flannel.4097")
+    defaults = NetworkConfig.from_json({"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}})
+    assert (defaults.subnet_len, defaults.backend.vni) == (24, 1)
+    assert NetworkConfig.from_json({"Network": "10.1.0.0/16",
+                                    "Backend": {"Type": "host-gw"}}).vxlan_link is None
 
 
 # -- the interface flanneld uses ---------------------------
-# On main the charm took the first bind address whatever it was (a fan-*
-# bridge included) and had no binding_interface
-# (AttributeError), so a missing `iface` stopped flanneld for nothing.
+# A fan-* bridge (Juju's fan overlay) cannot carry flannel's vxlan, and a
+# missing binding must not leave flanneld without an interface.
 
 def bound(*names):
     return [{"interface-name": name, "addresses": []} for name in names]
@@ -306,30 +337,33 @@ def no_default_route():
 
 
 def test_the_first_non_fan_bind_address_is_used():
-    assert daemon.binding_interface(bound("fan-252", "ens3", "ens4"), no_default_route) == "ens3"
+    assert binding_interface(bound("fan-252", "ens3", "ens4"), no_default_route) == "ens3"
 
 
 def test_only_fan_bind_addresses_fall_back_to_the_default_route():
-    assert daemon.binding_interface(bound("fan-252"), lambda: "ens5") == "ens5"
+    assert binding_interface(bound("fan-252"), lambda: "ens5") == "ens5"
 
 
 def test_no_binding_falls_back_to_the_default_route():
-    assert daemon.binding_interface([], lambda: "ens5") == "ens5"
-    assert daemon.binding_interface([], no_default_route) == ""
+    assert binding_interface([], lambda: "ens5") == "ens5"
+    assert binding_interface([], no_default_route) == ""
 
 
 def test_the_legacy_spelling_of_the_interface_name_is_read():
-    assert daemon.binding_interface([{"interfacename": "eth1"}], no_default_route) == "eth1"
+    assert binding_interface([{"interfacename": "eth1"}], no_default_route) == "eth1"
 
 
-def test_default_route_interface_reads_this_machine_s_routes():
-    shown = json.loads(subprocess.run(["ip", "-j", "route", "show", "default"],
-                                      capture_output=True, text=True).stdout or "[]")
-    assert daemon.default_route_interface() == (shown[0]["dev"] if shown else "")
+def test_default_route_interface_reads_the_machine_s_routes(netns_machine):
+    assert links.default_route_interface(netns_machine) == ""   # no default route yet
+    netns_machine.netns(["sh", "-ec", "ip link add eth0 type veth peer name eth0p\n"
+                                      "ip link set eth0p up && ip link set eth0 up\n"
+                                      "ip addr add 172.31.254.11/24 dev eth0\n"
+                                      "ip route add default via 172.31.254.1 dev eth0"])
+    assert links.default_route_interface(netns_machine) == "eth0"
 
 
 @pytest.mark.parametrize("version, v2_era", [
     ("v0.11.0", True), ("0.14.0", True), ("v0.17.0", True), ("v0.18.0", False),
     ("v0.27.4", False), ("v1.0.0", False), (None, False), ("dev", False)])
 def test_flannel_before_v0_18_is_of_etcd_v2s_era(version, v2_era):
-    assert daemon.of_the_v2_era(version) is v2_era
+    assert of_the_v2_era(version) is v2_era

@@ -1,17 +1,19 @@
-"""etcd_probe: update-status's cheap look at etcd (the standard library only),
+"""adapters/etcd_probe.py: update-status's cheap look at etcd (the standard library only),
 against the session's real TLS etcd; and the endpoint that answered last
 being tried first, by the probe and by NetworkStore, so that a dead etcd
 member listed first does not cost every hook a connect timeout."""
+import json
 import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from conftest import etcd_client
 
-from charms.flannel.etcd_probe import (EtcdUnavailable, lease_key, look, ordered,
-                                       parse_endpoints)
-from charms.flannel.network import EtcdClientSettings, NetworkStore
+from charms.flannel.adapters.etcd import EtcdClientSettings, NetworkStore
+from charms.flannel.adapters.etcd_probe import look
+from charms.flannel.facts.etcd_keys import EtcdUnavailable, lease_key, ordered, parse_endpoints
 
 
 def creds(pki):
@@ -25,15 +27,28 @@ def closed_port() -> int:
 
 
 def test_it_sees_the_config_and_whether_the_lease_is_there(etcd, pki, prefix):
-    store = NetworkStore(EtcdClientSettings((etcd.endpoint,), *creds(pki)), prefix)
-    store.write_config({"Network": "10.1.0.0/16"})
-    store._call(lambda client: client.put(lease_key("10.1.52.0/24", prefix), b"{}"))
+    client = etcd_client(etcd)
+    client.put(f"{prefix}/config", json.dumps({"Network": "10.1.0.0/16"}))
+    client.put(lease_key("10.1.52.0/24", prefix), "{}")
+    client.put(lease_key("10.1.7.0/24", prefix), "{}")
     view = look([etcd.endpoint], *creds(pki), prefix=prefix, lease_of="10.1.52.0/24")
     assert (view.config, view.lease, view.endpoint) == (
         {"Network": "10.1.0.0/16"}, True, etcd.endpoint)
+    assert view.subnets == ("10.1.52.0/24", "10.1.7.0/24")   # every node's lease
     view = look([etcd.endpoint], *creds(pki), prefix=prefix, lease_of="10.1.53.0/24")
     assert view.lease is False
-    assert look([etcd.endpoint], *creds(pki), prefix=prefix).lease is None
+    view = look([etcd.endpoint], *creds(pki), prefix=prefix)
+    assert (view.lease, view.subnets) == (None, ())   # not asked: not looked at
+
+
+def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(etcd, pki, prefix):
+    client = etcd_client(etcd)
+    client.put(f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64", "{}")
+    view = look([etcd.endpoint], *creds(pki), prefix=prefix,
+                lease_of="10.1.52.0/24&fd10:1:0:5::/64")
+    assert (view.lease, view.subnets) == (True, ("10.1.52.0/24",))
+    assert look([etcd.endpoint], *creds(pki), prefix=prefix,
+                lease_of="10.1.52.0/24").lease is False
 
 
 def test_an_empty_etcd_has_no_config(etcd, pki, prefix):
@@ -66,7 +81,7 @@ def test_missing_credentials_are_named(pki, tmp_path):
              str(pki.client_key))
 
 
-def test_endpoints_parse_as_before():
+def test_endpoints_parse_as_https_host_port_and_anything_else_is_a_reason_to_wait():
     assert parse_endpoints("https://10.0.0.1:2379, https://[fd00::1],") == (
         "https://10.0.0.1:2379", "https://[fd00::1]:2379")
     with pytest.raises(EtcdUnavailable):
@@ -112,7 +127,7 @@ def test_network_store_tries_the_remembered_endpoint_first(etcd, pki, silent, pr
 
 
 def test_the_probe_imports_neither_etcd3gw_nor_requests():
-    code = ("import sys; import charms.flannel.etcd_probe; "
+    code = ("import sys; import charms.flannel.adapters.etcd_probe; "
             "print(sorted(m for m in ('etcd3gw', 'requests', 'urllib3') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={"PYTHONPATH": ":".join(sys.path)}).stdout

@@ -1,33 +1,31 @@
-"""What the options must fit on the machine (charms.flannel.host_network),
-checked against a real kernel: a throwaway network namespace (unshare -n)
-with the interfaces an operator might name, read with the real `ip -j`.
+"""What the options must fit on the machine (facts/host_network.py),
+checked against a real kernel: a network namespace of the tests' own with
+the interfaces an operator might name, read as the charm reads them
+(adapters/links.py: the real `ip -j`).
 
-Before, a cidr overlapping the machine's own network was written to etcd
-and the unit said active with a subnet of the machine's network; an `iface`
-that was down, loopback or without an IPv4 address restarted flanneld on it.
+Without these checks, a cidr overlapping the machine's own network would be
+written to etcd and the unit say active with a subnet of the machine's
+network; an `iface` that is down, loopback or without an IPv4 address would
+restart flanneld on it.
 """
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
-import shutil
 import subprocess
 
 import pytest
+from conftest import open_netns
 
-from charms.flannel import host_network
-from charms.flannel.host_network import cidr_conflict, iface_problem, links_from, machine_networks
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
-                                reason="a network namespace needs root and unshare")
+from charms.flannel.adapters import links as machine_links
+from charms.flannel.adapters.machine import Machine
+from charms.flannel.facts import host_network
+from charms.flannel.facts.host_network import cidr_conflict, iface_problem, machine_networks
 
 # the interfaces of a machine (veth pairs: this kernel has no dummy links):
 # eth0 up on the machines' network, eth1 down
 # with an address, eth2 up without IPv4, eth3 with IPv6 only, a route to a
 # network behind a router, and flannel's own devices of the running network
 MACHINE = """
-ip link set lo up
 veth() { ip link add "$1" type veth peer name "$1p"; ip link set "$1p" up; }
 veth eth0 && ip addr add 172.31.254.11/24 dev eth0 && ip link set eth0 up
 veth eth1 && ip addr add 192.168.50.4/24 dev eth1
@@ -43,27 +41,23 @@ ip link set flannel.1 up && ip route add 10.1.7.0/24 via 10.1.7.0 dev flannel.1 
 """
 
 
-def in_machine(script: str) -> tuple[list, list]:
-    done = subprocess.run(
-        ["unshare", "-n", "sh", "-ec",
-         script + "\nip -j addr show; echo; ip -j -4 route show table all"],
-        capture_output=True, text=True, check=True, timeout=30)
-    addrs, routes = done.stdout.strip().split("\n", 1)
-    return json.loads(addrs), json.loads(routes)
-
-
 @pytest.fixture(scope="module")
 def machine():
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("a network namespace needs root and unshare")
-    addrs, routes = in_machine(MACHINE)
-    return links_from(addrs), routes
+    """The machine's links and IPv4 routes as the charm reads them (one
+    namespace for the module: the tests only read it)."""
+    with open_netns() as netns:
+        netns(["sh", "-ec", MACHINE])
+
+        def runner(argv, *, check, input=None):
+            return subprocess.run(["nsenter", f"--net={netns.path}", *argv], check=check,
+                                  capture_output=True, text=True, input=input, timeout=60)
+        seen = Machine(runner=runner)
+        yield machine_links.read_links(seen), machine_links.read_routes(seen, 4)
 
 
 RUNNING = [ipaddress.ip_network("10.1.0.0/16")]
 
 
-@needs_root
 @pytest.mark.parametrize("cidr, named", [
     ("172.31.0.0/16", "172.31.254.0/24, the network of eth0 (172.31.254.11/24)"),
     ("192.168.50.0/26", "192.168.50.0/24, the network of eth1"),
@@ -76,7 +70,6 @@ def test_a_cidr_over_a_network_the_machine_is_on_or_routes_to_is_refused(machine
     assert str(problem).startswith(f"Invalid cidr: {cidr} overlaps {named}"), str(problem)
 
 
-@needs_root
 @pytest.mark.parametrize("cidr", ["10.1.0.0/16", "10.2.0.0/16", "10.0.0.0/15"])
 def test_the_running_pod_network_the_default_route_and_flannels_devices_do_not_count(
         machine, cidr):
@@ -87,7 +80,6 @@ def test_the_running_pod_network_the_default_route_and_flannels_devices_do_not_c
                          machine_networks(links, routes, RUNNING)) is None
 
 
-@needs_root
 def test_flannels_own_devices_never_count(machine):
     links, routes = machine
     found = machine_networks(links, routes, pod_networks=[])
@@ -95,7 +87,6 @@ def test_flannels_own_devices_never_count(machine):
     assert cidr_conflict(ipaddress.ip_network("10.1.0.0/16"), found) is None
 
 
-@needs_root
 def test_a_route_wider_than_the_cidr_loses_to_flannels_and_is_no_conflict(machine):
     """10.0.0.0/8 via a VPN gateway: pods' /24s are longer prefixes. (A
     network the machine is on conflicts whichever is wider.)"""
@@ -116,7 +107,6 @@ def test_the_service_cidr_the_control_plane_publishes_is_refused():
     assert cidr_conflict(ipaddress.ip_network("10.152.183.128/25"), [], dual) is not None
 
 
-@needs_root
 @pytest.mark.parametrize("iface, reason", [
     ("eth0", None),
     ("172.31.254.11", None),
@@ -141,7 +131,7 @@ def test_an_iface_that_cannot_carry_the_overlay_is_refused(machine, iface, reaso
 
 
 def test_this_machines_links_are_read():
-    links = host_network.read_links()
+    links = machine_links.read_links(Machine())
     assert any(link.loopback and link.name == "lo" for link in links)
 
 
@@ -174,7 +164,6 @@ def test_the_link_of_an_address_or_name_and_its_mtu_from_ip_json():
 
 # -- dual-stack: ipv6-cidr against the machine, and flanneld's interface ------------------
 
-@needs_root
 def test_an_ipv6_cidr_over_an_ipv6_network_the_machine_is_on_is_refused(machine):
     links, _ = machine
     found = machine_networks(links, [], RUNNING, version=6)
@@ -192,7 +181,6 @@ def test_an_ipv6_cidr_over_the_ipv6_service_network_is_refused():
                             "range outside it")
 
 
-@needs_root
 def test_ipv6_needs_a_global_ipv6_address_on_flanneld_s_interface(machine):
     """flanneld falls back to the link-local address (or exits without one):
     no other node's subnet reaches it."""

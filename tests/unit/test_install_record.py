@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from charms.flannel.install_record import InstallRecord
+from charms.flannel.adapters.install_record import InstallRecord
 
 
 @pytest.fixture
@@ -121,9 +121,8 @@ def test_a_pre_existing_file_is_restored_byte_for_byte_with_its_mode(record, bin
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 def test_a_pre_existing_file_gets_its_owner_back(record, bin_dir):
     """The 2020 kubernetes-worker extracts its cni-plugins with `tar xfz` as
-    root, which keeps the archive's owners (1001:127 here). On the old
-    main remove_all put the worker's flannel back owned by root (`assert
-    (0, 0) == (1001, 127)`)."""
+    root, which keeps the archive's owners (1001:127 here): the worker's
+    flannel goes back with that owner, not root's."""
     target = bin_dir / "flannel"
     target.write_bytes(b"worker's flannel plugin")
     os.chown(target, 1001, 127)
@@ -229,7 +228,7 @@ def test_remove_all_forgets_everything(record, record_dir, bin_dir):
     record.remove_all()
     assert record.recorded_paths() == []
     assert not record_dir.exists()
-    # A later install on the same unit starts clean: today's file is the original.
+    # A later install on the same unit starts clean: the file there then is the original.
     record.install(target, b"charm's again", 0o755)
     record.remove_all()
     assert target.read_bytes() == b"original"
@@ -337,9 +336,8 @@ def test_relative_paths_are_refused(record):
 def test_a_file_someone_put_over_ours_is_kept_by_the_next_install_and_restored(record, bin_dir):
     """A principal re-extracts its own `flannel` over the
     charm's; the charm's next install must keep the principal's file as the
-    original and stop must put it back. On the old main it failed with
-    `assert [] == [.../opt/cni/bin/flannel]`: the principal's file was
-    overwritten, and remove_all deleted the charm's copy, restoring nothing."""
+    original and stop must put it back, not delete the charm's copy and
+    leave the node without the principal's plugin."""
     target = bin_dir / "flannel"
     record.install(target, b"charm's plugin", 0o755)
     target.write_bytes(b"the worker's plugin")
@@ -425,7 +423,7 @@ def test_a_truncated_record_is_damaged_not_empty(record, record_dir, bin_dir):
     """A record cut short proves nothing: it is not read as "the charm owns
     nothing", which would have the next install keep the charm's own files
     as originals and remove_all delete nothing it should, or worse."""
-    from charms.flannel.install_record import DamagedRecord, record_problem
+    from charms.flannel.adapters.install_record import DamagedRecord, record_problem
     record.install(bin_dir / "flannel", b"plugin", 0o755)
     record_file = record_dir / "record.json"
     text = record_file.read_bytes()
@@ -444,7 +442,7 @@ def test_a_truncated_record_is_damaged_not_empty(record, record_dir, bin_dir):
 @pytest.mark.parametrize("garbage", [b"", b"[]", b'{"files": []}', b'{"files": {"/x": 1}}',
                                      b"\xff\xfe", b'{"files": {}, "directories": "x"}'])
 def test_a_record_of_the_wrong_shape_is_damaged(record_dir, garbage):
-    from charms.flannel.install_record import DamagedRecord, record_problem
+    from charms.flannel.adapters.install_record import DamagedRecord, record_problem
     record_dir.mkdir(parents=True)
     (record_dir / "record.json").write_bytes(garbage)
     with pytest.raises(DamagedRecord):
@@ -453,7 +451,7 @@ def test_a_record_of_the_wrong_shape_is_damaged(record_dir, garbage):
 
 
 def test_a_missing_record_is_a_problem_only_after_an_install(record, record_dir, bin_dir):
-    from charms.flannel.install_record import record_problem
+    from charms.flannel.adapters.install_record import record_problem
     assert record_problem(record_dir, expected=False) is None  # a fresh unit
     record.install(bin_dir / "flannel", b"plugin", 0o755)
     assert record_problem(record_dir, expected=True) is None
@@ -465,7 +463,7 @@ def test_a_missing_record_is_a_problem_only_after_an_install(record, record_dir,
 
 def test_out_of_space_names_the_file_and_its_size():
     import errno
-    from charms.flannel.install_record import out_of_space
+    from charms.flannel.adapters.install_record import out_of_space
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert out_of_space(full, "/usr/local/bin/flanneld", 51_925_712) == \
         "Cannot install /usr/local/bin/flanneld (51.9 MB): No space left on device"
@@ -482,7 +480,7 @@ def test_out_of_space_names_the_file_and_its_size():
 DIED_WRITING = r"""
 import resource, signal, sys
 sys.path.insert(0, sys.argv[1])
-from charms.flannel.install_record import InstallRecord
+from charms.flannel.adapters.install_record import InstallRecord
 record_dir, target, size, limit = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 die = sys.argv[6] == "die"
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -561,7 +559,7 @@ KILLED_MAKING_A_DIRECTORY = r"""
 import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from charms.flannel import install_record
+from charms.flannel.adapters import install_record
 record_dir, target, when = sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 real_mkdir = Path.mkdir
 def mkdir_then_die(self, *args, **kwargs):
@@ -610,7 +608,7 @@ def test_a_directory_someone_makes_meanwhile_is_theirs(record, tmp_path, monkeyp
 def test_a_unit_file_edited_since_never_becomes_an_original(record, tmp_path):
     """A path only flannel writes (its unit file, conflist, client files):
     someone's edit is overwritten by the next render and the file goes on
-    stop. Before, the edit became the "original" stop put back: a disabled
+    stop. Kept as an "original", stop would put the edit back: a disabled
     flannel.service pointing at the flanneld stop had just deleted."""
     unit = tmp_path / "systemd" / "flannel.service"
     record.install(unit, b"ExecStart=/usr/local/bin/flanneld\n", 0o644, sole=True)

@@ -1,45 +1,69 @@
-"""flannel's network config JSON and the etcd it is stored in (a real etcd with
-client TLS on 127.0.0.1, started once per session)."""
+"""flannel's network config JSON, the etcd it is stored in (adapters/etcd.py's
+NetworkStore, against a real etcd with client TLS on 127.0.0.1, started
+once per session) and the policies that write it (steps/network.py)."""
+from __future__ import annotations
+
 import json
 import socket
 import threading
 
-import etcd3gw
 import pytest
+from conftest import etcd_client
 import requests
+import stepkit
 
-from charms.flannel.network import (EtcdClientSettings, EtcdUnavailable,
-                                    NetworkStore, backend_change_pending, check_backend_change,
-                                    ensure_network_config, give_lease_back, network_config,
-                                    shared_service_cidr, write_network)
-from charms.flannel.options import InvalidOption, parse_options
+from charms.flannel.adapters.credentials import write_client_credentials
+from charms.flannel.adapters.etcd import EtcdClientSettings, NetworkStore
+from charms.flannel.facts.etcd_keys import DEFAULT_PREFIX, EtcdUnavailable
+from charms.flannel.facts.netconfig import NetworkConfig
+from charms.flannel.facts.options import InvalidOption, parse_options
+from charms.flannel.facts.status import Problem
+from charms.flannel.steps import network as network_step
+from charms.flannel.steps.context import EtcdRelation
+from charms.flannel.steps.flags import NETWORK_CONFIGURED, SERVICE_RUNNING
+from charms.flannel.steps.network import (check_backend_change, ensure_network_config,
+                                          shared_service_cidr, write_network)
+from charms.flannel.steps.outcome import Outcome
+from charms.flannel.steps.teardown import release_lease_for_backend_change
 
 
 def options(**changes):
     return parse_options({key.replace("_", "-"): value for key, value in changes.items()})
 
 
-# -- network_config ---------------------------------------------------------
+def network(**changes) -> NetworkConfig:
+    """The network config the options ask etcd to hold."""
+    return options(**changes).network_config()
+
+
+def stored(value: dict) -> NetworkConfig:
+    """A network config as flanneld reads it from etcd."""
+    return NetworkConfig.from_json(value)
+
+
+# -- the network config the options ask for ---------------------------------------
 
 def test_default_options_give_flannels_vxlan_config():
-    assert network_config(options()) == {
+    assert network().to_json() == {
         "Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1}}
 
 
 def test_a_non_default_port_and_vni_reach_the_vxlan_backend():
-    config = network_config(options(cidr="10.20.0.0/14", subnet_len=26, vni=7, port=4789))
-    assert config == {"Network": "10.20.0.0/14", "SubnetLen": 26,
-                      "Backend": {"Type": "vxlan", "VNI": 7, "Port": 4789}}
+    config = network(cidr="10.20.0.0/14", subnet_len=26, vni=7, port=4789)
+    assert config.to_json() == {"Network": "10.20.0.0/14", "SubnetLen": 26,
+                                "Backend": {"Type": "vxlan", "VNI": 7, "Port": 4789}}
 
 
 def test_host_gw_has_only_its_type():
-    config = network_config(options(backend="host-gw", vni=7, port=4789))
-    assert config["Backend"] == {"Type": "host-gw"}
+    config = network(backend="host-gw", vni=7, port=4789)
+    assert config.to_json()["Backend"] == {"Type": "host-gw"}
 
 
-def test_the_config_is_plain_json():
-    config = network_config(options(port=4789))
-    assert json.loads(json.dumps(config)) == config
+def test_the_config_is_plain_json_that_reads_back_as_the_same_network():
+    config = network(port=4789)
+    text = json.dumps(config.to_json())
+    assert json.loads(text) == config.to_json()
+    assert NetworkConfig.from_json(text) == config
 
 
 # -- EtcdClientSettings -----------------------------------------------------
@@ -82,8 +106,8 @@ def test_an_unusable_connection_string_is_a_reason_to_wait(value, text):
 
 # -- check_backend_change ---------------------------------------------------
 
-VXLAN = {"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan", "VNI": 1}}
-HOST_GW = {"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}}
+VXLAN = stored({"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan", "VNI": 1}})
+HOST_GW = stored({"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}})
 
 
 def test_changing_backend_under_live_leases_is_refused_with_a_clear_reason():
@@ -102,110 +126,119 @@ def test_one_lease_is_named_in_the_singular():
 
 
 @pytest.mark.parametrize("current, wanted, leases", [
-    (None, HOST_GW, 5),                     # nothing stored yet
-    (VXLAN, HOST_GW, 0),                    # no node runs: switching is safe
-    (VXLAN, {**VXLAN, "SubnetLen": 26}, 4),  # same backend
-    ({"Network": "10.1.0.0/16"}, VXLAN, 4),  # no Backend means flannel's default, vxlan
+    (VXLAN, HOST_GW, 0),                                        # no node runs: switching is safe
+    (VXLAN, stored({**VXLAN.to_json(), "SubnetLen": 26}), 4),   # same backend
 ])
 def test_other_changes_are_allowed(current, wanted, leases):
     check_backend_change(current, wanted, leases)
 
 
-def test_a_stored_config_without_backend_counts_as_vxlan():
-    with pytest.raises(InvalidOption, match="from vxlan to host-gw"):
-        check_backend_change({"Network": "10.1.0.0/16"}, HOST_GW, 2)
+def test_a_stored_config_without_backend_is_flanneld_s_udp_and_not_switched_under_leases():
+    """flanneld v0.27.4 runs its udp backend on a config with no Backend."""
+    with pytest.raises(InvalidOption, match="from udp to vxlan"):
+        check_backend_change(stored({"Network": "10.1.0.0/16"}), VXLAN, 2)
 
 
 # -- NetworkStore against the real etcd --------------------------------------
 
-def raw_client(etcd):
-    """An etcd3gw client of the test's own, to look behind NetworkStore's back."""
-    return etcd3gw.Etcd3Client(host=etcd.host, port=etcd.port, protocol="https",
-                               timeout=5, session=etcd.session())
-
 
 def test_a_fresh_prefix_has_no_config_and_no_leases(settings, prefix):
     store = NetworkStore(settings, prefix)
-    assert store.read_config() is None
+    assert store.read_config() == (None, None)
     assert store.leases() == []
 
 
-def test_write_config_stores_flannels_json_at_prefix_config(etcd, settings, prefix):
-    config = network_config(options(port=4789))
+def test_the_config_is_stored_as_flannels_json_at_prefix_config(etcd, settings, prefix):
+    config = network(port=4789)
     with NetworkStore(settings, prefix) as store:
-        assert store.write_config(config) is True
-        assert store.read_config() == config
-    stored = raw_client(etcd).get(f"{prefix}/config")
-    assert json.loads(stored[0]) == config
+        assert ensure_network_config(store, config) is True
+        assert store.read_config()[0] == config
+    value = etcd_client(etcd).get(f"{prefix}/config")
+    assert json.loads(value[0]) == {"Network": "10.1.0.0/16", "SubnetLen": 24,
+                                    "Backend": {"Type": "vxlan", "VNI": 1, "Port": 4789}}
+
+
+def test_swap_config_writes_only_over_the_value_it_was_read_as(etcd, settings, prefix):
+    store = NetworkStore(settings, prefix)
+    assert store.swap_config(None, network()) is True
+    assert store.swap_config(None, network(vni=2)) is False   # no longer absent
+    _, raw = store.read_config()
+    etcd_client(etcd).put(f"{prefix}/config", json.dumps(network(vni=3).to_json()))
+    assert store.swap_config(raw, network(vni=4)) is False   # changed since it was read
+    assert store.read_config()[0] == network(vni=3)
+    _, raw = store.read_config()
+    assert store.swap_config(raw, network(vni=4)) is True
+    assert store.read_config()[0] == network(vni=4)
 
 
 def test_writing_the_same_config_again_reports_no_change(etcd, settings, prefix):
     store = NetworkStore(settings, prefix)
-    config = network_config(options())
-    assert store.write_config(config) is True
-    revision = raw_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
-    assert store.write_config(dict(config)) is False
-    after = raw_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
+    assert ensure_network_config(store, network()) is True
+    revision = etcd_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
+    assert ensure_network_config(store, network()) is False
+    after = etcd_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
     assert after == revision  # not even rewritten
 
 
 def test_equal_json_with_other_formatting_counts_as_unchanged(etcd, settings, prefix):
-    config = network_config(options())
-    raw_client(etcd).put(f"{prefix}/config", json.dumps(config, indent=4))
-    assert NetworkStore(settings, prefix).write_config(config) is False
+    etcd_client(etcd).put(f"{prefix}/config", json.dumps(network().to_json(), indent=4))
+    assert ensure_network_config(NetworkStore(settings, prefix), network()) is False
 
 
 def test_a_different_config_is_written_and_reported(settings, prefix):
     store = NetworkStore(settings, prefix)
-    store.write_config(network_config(options()))
-    new = network_config(options(cidr="10.2.0.0/16"))
-    assert store.write_config(new) is True
-    assert store.read_config()["Network"] == "10.2.0.0/16"
+    ensure_network_config(store, network())
+    assert ensure_network_config(store, network(cidr="10.2.0.0/16")) is True
+    assert str(store.read_config()[0].network) == "10.2.0.0/16"
 
 
 def test_garbage_at_config_reads_as_none_and_is_overwritten(etcd, settings, prefix):
-    raw_client(etcd).put(f"{prefix}/config", "not json")
+    etcd_client(etcd).put(f"{prefix}/config", "not json")
     store = NetworkStore(settings, prefix)
-    assert store.read_config() is None
-    assert store.write_config(network_config(options())) is True
+    assert store.read_config() == (None, b"not json")
+    assert ensure_network_config(store, network()) is True
+    assert store.read_config()[0] == network()
 
 
 def test_prefix_slashes_are_normalised(settings, prefix):
-    NetworkStore(settings, prefix + "/").write_config({"Network": "10.1.0.0/16"})
-    assert NetworkStore(settings, prefix.lstrip("/")).read_config() == {"Network": "10.1.0.0/16"}
+    config = stored({"Network": "10.1.0.0/16"})
+    ensure_network_config(NetworkStore(settings, prefix + "/"), config)
+    assert NetworkStore(settings, prefix.lstrip("/")).read_config()[0] == config
 
 
 def test_leases_lists_each_subnet_with_its_value(etcd, settings, prefix):
-    client = raw_client(etcd)
+    client = etcd_client(etcd)
     lease = {"PublicIP": "192.0.2.10", "BackendType": "vxlan",
              "BackendData": {"VNI": 1, "VtepMAC": "aa:bb:cc:dd:ee:ff"}}
     client.put(f"{prefix}/subnets/10.1.52.0-24", json.dumps(lease))
     client.put(f"{prefix}/subnets/10.1.7.0-24", "corrupt")
     client.put(f"{prefix}/config", json.dumps({"Network": "10.1.0.0/16"}))  # not a lease
     client.put(f"{prefix}-other/subnets/10.1.9.0-24", "{}")  # another prefix
-    leases = sorted(NetworkStore(settings, prefix).leases(), key=lambda item: item["Subnet"])
-    assert leases == [
-        {"Subnet": "10.1.52.0/24", "Key": f"{prefix}/subnets/10.1.52.0-24", **lease},
-        {"Subnet": "10.1.7.0/24", "Key": f"{prefix}/subnets/10.1.7.0-24"}]
+    leases = sorted(NetworkStore(settings, prefix).leases(), key=lambda item: item.subnet)
+    assert [(item.subnet, item.ipv6_subnet, item.key, item.attributes, item.public_ip)
+            for item in leases] == [
+        ("10.1.52.0/24", None, f"{prefix}/subnets/10.1.52.0-24", lease, "192.0.2.10"),
+        ("10.1.7.0/24", None, f"{prefix}/subnets/10.1.7.0-24", {}, None)]
 
 
 def test_a_dual_stack_lease_is_read_and_released_by_its_ipv4_subnet(etcd, settings, prefix):
     """flanneld keys a dual-stack lease by both subnets
     ("10.1.52.0-24&fd10:1:0:5::-64", MakeSubnetKey): read as "10.1.52.0/24-24&..." and
     deleted by a key without its IPv6 part, it stayed 24 h after its node left."""
-    client = raw_client(etcd)
+    client = etcd_client(etcd)
     key = f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64"
     client.put(key, json.dumps({"PublicIP": "192.0.2.10", "PublicIPv6": "fd00::10"}))
     store = NetworkStore(settings, prefix)
     [lease] = store.leases()
-    assert (lease["Subnet"], lease["IPv6Subnet"], lease["Key"]) == \
+    assert (lease.subnet, lease.ipv6_subnet, lease.key) == \
         ("10.1.52.0/24", "fd10:1:0:5::/64", key)
-    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.10"}) is True
+    assert store.give_lease_back("10.1.52.0/24", held_by={"192.0.2.10"}) is True
     assert store.leases() == []
+    assert client.get(key) == []
 
 
 def test_an_expired_lease_is_no_longer_listed(etcd, settings, prefix):
-    client = raw_client(etcd)
+    client = etcd_client(etcd)
     lease = client.lease(ttl=1)
     client.put(f"{prefix}/subnets/10.1.3.0-24", "{}", lease=lease)
     store = NetworkStore(settings, prefix)
@@ -214,29 +247,18 @@ def test_an_expired_lease_is_no_longer_listed(etcd, settings, prefix):
     assert store.leases() == []
 
 
-@pytest.mark.parametrize("wanted, confirmed, pending", [
-    (HOST_GW, VXLAN, True),
-    (VXLAN, HOST_GW, True),
-    (VXLAN, {**VXLAN, "Network": "10.2.0.0/16"}, False),   # a cidr change is no backend change
-    (HOST_GW, None, False),                                 # nothing confirmed yet
-])
-def test_a_backend_change_is_pending_when_etcd_holds_another_backend(wanted, confirmed,
-                                                                     pending):
-    """The stop hook releases its lease only then (ImportError on main)."""
-    assert backend_change_pending(wanted, confirmed) is pending
-
-
 def test_release_lease_deletes_only_that_lease(etcd, settings, prefix):
-    """The stop hook's way out of a refused backend change: on main a lease
-    stayed for 24 h (NetworkStore had no release_lease: AttributeError)."""
-    client = raw_client(etcd)
+    """The stop hook's way out of a refused backend change: flanneld holds
+    its lease 24 h and does not revoke it on stop."""
+    client = etcd_client(etcd)
     lease = client.lease(ttl=86400)  # as flanneld holds it: 24 h, not revoked on stop
     client.put(f"{prefix}/subnets/10.1.52.0-24", "{}", lease=lease)
     client.put(f"{prefix}/subnets/10.1.53.0-24", "{}", lease=lease)
     store = NetworkStore(settings, prefix)
-    assert store.release_lease("10.1.52.0/24") is True
-    assert [item["Subnet"] for item in store.leases()] == ["10.1.53.0/24"]
-    assert store.release_lease("10.1.52.0/24") is False  # already gone: no error
+    held = [item for item in store.leases() if item.subnet == "10.1.52.0/24"]
+    assert store.release_lease(held) is True
+    assert [item.subnet for item in store.leases()] == ["10.1.53.0/24"]
+    assert store.release_lease(held) is False  # already gone: no error
 
 
 def test_a_lease_is_given_back_only_by_the_node_that_holds_it(etcd, settings, prefix):
@@ -244,77 +266,78 @@ def test_a_lease_is_given_back_only_by_the_node_that_holds_it(etcd, settings, pr
     day) and was taken by another node since must not delete that node's
     lease when it restarts on a new address: the other node's pods would
     lose their routes everywhere."""
-    client = raw_client(etcd)
+    client = etcd_client(etcd)
     client.put(f"{prefix}/subnets/10.1.52.0-24", json.dumps({"PublicIP": "192.0.2.20"}))
     store = NetworkStore(settings, prefix)
-    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.10"}) is False
-    assert [item["Subnet"] for item in store.leases()] == ["10.1.52.0/24"]
-    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.10", "192.0.2.20"}) is True
+    assert store.give_lease_back("10.1.52.0/24", held_by={"192.0.2.10"}) is False
+    assert [item.subnet for item in store.leases()] == ["10.1.52.0/24"]
+    assert store.give_lease_back("10.1.52.0/24", held_by={"192.0.2.10", "192.0.2.20"}) is True
     assert store.leases() == []
-    assert give_lease_back(store, "10.1.52.0/24", held_by={"192.0.2.20"}) is False  # gone
+    assert store.give_lease_back("10.1.52.0/24", held_by={"192.0.2.20"}) is False  # gone
     client.put(f"{prefix}/subnets/10.1.53.0-24", "{}")
-    assert give_lease_back(store, "10.1.53.0/24") is True   # no owner check asked for
+    assert store.give_lease_back("10.1.53.0/24") is True   # no owner check asked for
 
 
 def test_a_backend_change_goes_through_once_every_node_released_its_lease(etcd, settings,
                                                                           prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, options())
-    raw_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+    ensure_network_config(store, network())
+    etcd_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
     with pytest.raises(InvalidOption):
-        ensure_network_config(store, options(backend="host-gw"))
-    store.release_lease("10.1.52.0/24")
-    assert ensure_network_config(store, options(backend="host-gw")) is True
+        ensure_network_config(store, network(backend="host-gw"))
+    store.release_lease(store.leases())
+    assert ensure_network_config(store, network(backend="host-gw")) is True
 
 
-# -- ensure_network_config: what the charm's handler calls ----------------------
+# -- ensure_network_config: what the network step calls ----------------------------
 
 def test_ensure_writes_the_options_once(settings, prefix):
     store = NetworkStore(settings, prefix)
-    assert ensure_network_config(store, options(vni=9)) is True
-    assert store.read_config() == network_config(options(vni=9))
-    assert ensure_network_config(store, options(vni=9)) is False
+    assert ensure_network_config(store, network(vni=9)) is True
+    assert store.read_config()[0] == network(vni=9)
+    assert ensure_network_config(store, network(vni=9)) is False
 
 
 def test_ensure_refuses_a_backend_change_while_nodes_hold_leases(etcd, settings, prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, options())
-    raw_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
-    raw_client(etcd).put(f"{prefix}/subnets/10.1.53.0-24", "{}")
+    ensure_network_config(store, network())
+    etcd_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+    etcd_client(etcd).put(f"{prefix}/subnets/10.1.53.0-24", "{}")
     with pytest.raises(InvalidOption) as caught:
-        ensure_network_config(store, options(backend="host-gw"))
+        ensure_network_config(store, network(backend="host-gw"))
     assert "cannot change from vxlan to host-gw while 2 nodes hold leases" in str(caught.value)
-    assert store.read_config() == network_config(options())  # left as it was
+    assert store.read_config()[0] == network()  # left as it was
 
 
 def test_ensure_changes_the_backend_once_no_node_holds_a_lease(settings, prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, options())
-    assert ensure_network_config(store, options(backend="host-gw")) is True
-    assert store.read_config()["Backend"] == {"Type": "host-gw"}
+    ensure_network_config(store, network())
+    assert ensure_network_config(store, network(backend="host-gw")) is True
+    assert store.read_config()[0].to_json()["Backend"] == {"Type": "host-gw"}
 
 
 def test_ensure_changes_the_cidr_under_live_leases(etcd, settings, prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, options())
-    raw_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
-    assert ensure_network_config(store, options(cidr="10.2.0.0/16")) is True
+    ensure_network_config(store, network())
+    etcd_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+    assert ensure_network_config(store, network(cidr="10.2.0.0/16")) is True
+    assert str(store.read_config()[0].network) == "10.2.0.0/16"
 
 
 # -- many units at once: first deploy on many machines, concurrent hooks -------
 
 def config_version(etcd, prefix) -> int:
     """How many times the config key was written since it was created."""
-    found = raw_client(etcd).get(f"{prefix}/config", metadata=True)
+    found = etcd_client(etcd).get(f"{prefix}/config", metadata=True)
     return int(found[0][1]["version"]) if found else 0
 
 
 def test_units_configuring_a_fresh_network_at_once_write_it_exactly_once(etcd, settings,
                                                                          prefix):
     """Eight units' hooks (first deploy, concurrent) each ensure the same
-    config at the same moment: one write, the others find it there. On main
-    (read, then put) several read "nothing yet" and each put it again: the
-    key's version went to 2..8 and every flanneld saw config events."""
+    config at the same moment: one write, the others find it there. With a
+    read and a plain put, several read "nothing yet" and each put it again:
+    the key's version went to 2..8 and every flanneld saw config events."""
     writers = 8
     barrier = threading.Barrier(writers)
     wrote = []
@@ -322,7 +345,7 @@ def test_units_configuring_a_fresh_network_at_once_write_it_exactly_once(etcd, s
     def unit():
         with NetworkStore(settings, prefix) as store:
             barrier.wait()
-            wrote.append(ensure_network_config(store, options()))
+            wrote.append(ensure_network_config(store, network()))
 
     threads = [threading.Thread(target=unit) for _ in range(writers)]
     for t in threads:
@@ -331,7 +354,7 @@ def test_units_configuring_a_fresh_network_at_once_write_it_exactly_once(etcd, s
         t.join()
     assert sorted(wrote) == [False] * (writers - 1) + [True]
     assert config_version(etcd, prefix) == 1
-    assert NetworkStore(settings, prefix).read_config() == network_config(options())
+    assert NetworkStore(settings, prefix).read_config()[0] == network()
 
 
 class ReadThenSomeoneElse(NetworkStore):
@@ -343,8 +366,8 @@ class ReadThenSomeoneElse(NetworkStore):
         super().__init__(settings, prefix)
         self.meanwhile = meanwhile
 
-    def read_config_value(self):
-        read = super().read_config_value()
+    def read_config(self):
+        read = super().read_config()
         if self.meanwhile:
             self.meanwhile.pop()()
         return read
@@ -353,19 +376,20 @@ class ReadThenSomeoneElse(NetworkStore):
 def test_a_backend_is_never_switched_over_a_config_written_since_it_was_checked(
         etcd, settings, prefix):
     """Unit B reads no config (nothing to check), unit A writes vxlan and a
-    node leases, then B writes host-gw: on main B's put went through, a
-    backend switched under a live lease (what check_backend_change refuses)."""
-    client = raw_client(etcd)
+    node leases, then B writes host-gw: with a plain put B's write went
+    through, a backend switched under a live lease (what
+    check_backend_change refuses)."""
+    client = etcd_client(etcd)
 
     def unit_a_and_its_flanneld():
-        NetworkStore(settings, prefix).write_config(network_config(options()))
+        ensure_network_config(NetworkStore(settings, prefix), network())
         client.put(f"{prefix}/subnets/10.1.52.0-24", "{}")
 
     store = ReadThenSomeoneElse(settings, prefix, [unit_a_and_its_flanneld])
     with pytest.raises(InvalidOption) as caught:
-        ensure_network_config(store, options(backend="host-gw"))
+        ensure_network_config(store, network(backend="host-gw"))
     assert "while 1 node holds a lease" in str(caught.value)
-    assert NetworkStore(settings, prefix).read_config() == network_config(options())
+    assert NetworkStore(settings, prefix).read_config()[0] == network()
 
 
 def test_a_config_that_keeps_changing_underneath_is_a_reason_to_wait(etcd, settings, prefix):
@@ -374,14 +398,14 @@ def test_a_config_that_keeps_changing_underneath_is_a_reason_to_wait(etcd, setti
     other = iter(range(100))
 
     def someone_else_writes():
-        NetworkStore(settings, prefix).write_config(
-            network_config(options(cidr=f"10.{next(other) + 10}.0.0/16")))
+        ensure_network_config(NetworkStore(settings, prefix),
+                              network(cidr=f"10.{next(other) + 10}.0.0/16"))
 
     store = ReadThenSomeoneElse(settings, prefix, [someone_else_writes] * 10)
     with pytest.raises(EtcdUnavailable) as caught:
-        ensure_network_config(store, options())
+        ensure_network_config(store, network())
     assert "kept changing" in caught.value.reason
-    assert store.read_config() != network_config(options())
+    assert store.read_config()[0] != network()
 
 
 # -- TLS: the relation's CA, whatever the environment says --------------------
@@ -393,8 +417,9 @@ def test_a_foreign_ca_bundle_in_the_environment_does_not_break_tls(
     monkeypatch.setenv("CURL_CA_BUNDLE", "/nonexistent/bundle.pem")
     monkeypatch.setenv(variable, str(other_pki.ca_cert))
     store = NetworkStore(settings, prefix)
-    assert store.write_config({"Network": "10.1.0.0/16"}) is True
-    assert store.read_config() == {"Network": "10.1.0.0/16"}
+    config = stored({"Network": "10.1.0.0/16"})
+    assert ensure_network_config(store, config) is True
+    assert store.read_config()[0] == config
 
 
 def test_the_environment_trap_is_real_for_an_ordinary_session(monkeypatch, etcd, pki, other_pki):
@@ -474,11 +499,65 @@ def test_a_dead_endpoint_is_skipped_for_a_live_one(etcd, pki, prefix):
     settings = EtcdClientSettings((dead, etcd.endpoint), str(pki.ca_cert),
                                   str(pki.client_cert), str(pki.client_key), timeout=5)
     store = NetworkStore(settings, prefix)
-    assert store.write_config({"Network": "10.1.0.0/16"}) is True
-    assert store.read_config() == {"Network": "10.1.0.0/16"}
+    config = stored({"Network": "10.1.0.0/16"})
+    assert ensure_network_config(store, config) is True
+    assert store.read_config()[0] == config
+    assert store.answered == etcd.endpoint
 
 
-# -- the service-cidr, shared through etcd ----------------------------------------
+# -- the network step on a unit (steps.network.run), etcd at flannel's own prefix ---------
+
+def relation(etcd, pki) -> EtcdRelation:
+    """What the etcd charm publishes: its endpoints and the client TLS material."""
+    return EtcdRelation(etcd.connection_string, pki.ca_cert.read_text(),
+                        pki.client_cert.read_text(), pki.client_key.read_text())
+
+
+def hook(root, machine, etcd, pki, *, config=None, service_cidr=None, state=None,
+         name="config-changed"):
+    """One hook's context on a unit whose files live below `root` (`state`: the
+    unit's key-value store of an earlier hook)."""
+    root.mkdir(exist_ok=True)
+    ctx = stepkit.context(root, machine=machine, hook=name, config=config,
+                          etcd=relation(etcd, pki), kv=state)
+    ctx.juju.service = service_cidr
+    return ctx
+
+
+def etcd_network(settings) -> NetworkConfig | None:
+    with NetworkStore(settings, DEFAULT_PREFIX) as store:
+        return store.read_config()[0]
+
+
+def test_a_unit_writes_its_network_to_etcd_and_remembers_it_as_confirmed(
+        settings, flannels_prefix, netns_machine, etcd, pki, tmp_path):
+    ctx = hook(tmp_path / "unit", netns_machine, etcd, pki, config={"vni": 7})
+    out = network_step.run(ctx)
+    assert NETWORK_CONFIGURED in out.set_flags and SERVICE_RUNNING in out.clear_flags
+    assert out.problems[Problem.NETWORK] is None and out.problems[Problem.ETCD] is None
+    assert etcd_network(settings) == network(vni=7)
+    assert ctx.confirmed == network(vni=7)
+    assert ctx.state.etcd_endpoints == etcd.connection_string
+    assert ctx.client_files.key_file.read_text() == pki.client_key.read_text()
+
+
+def test_a_backend_change_under_a_live_lease_blocks_the_unit_and_keeps_flanneld_as_it_is(
+        settings, flannels_prefix, netns_machine, etcd, pki, tmp_path):
+    first = hook(tmp_path / "unit", netns_machine, etcd, pki)
+    network_step.run(first)
+    etcd_client(etcd).put(f"{DEFAULT_PREFIX}/subnets/10.1.52.0-24",
+                          json.dumps({"PublicIP": "192.0.2.10"}))
+    ctx = hook(tmp_path / "unit", netns_machine, etcd, pki, config={"backend": "host-gw"},
+               state=first.state.kv)
+    out = network_step.run(ctx)
+    assert out.problems[Problem.NETWORK] == (
+        "Invalid backend: cannot change from vxlan to host-gw while 1 node holds a lease; "
+        "set backend back to vxlan, or remove flannel from every node "
+        "(each unit releases its lease as it stops) and add it back")
+    assert out.set_flags == [] and out.clear_flags == []   # flanneld is not restarted
+    assert etcd_network(settings) == network()
+    assert ctx.confirmed == network()
+
 
 def test_the_control_planes_service_cidr_reaches_the_workers_units(settings, prefix):
     """Only the control plane publishes service-cidr, to its own flannel
@@ -490,23 +569,79 @@ def test_the_control_planes_service_cidr_reaches_the_workers_units(settings, pre
         assert shared_service_cidr(control_plane, "10.152.183.0/24") == "10.152.183.0/24"
     with NetworkStore(settings, prefix) as worker:
         assert shared_service_cidr(worker, None) == "10.152.183.0/24"
-        assert worker.read_config() is None   # the record is no network config
+        assert worker.read_config() == (None, None)   # the record is no network config
     with NetworkStore(settings, prefix) as control_plane:   # a new service-cidr replaces it
         shared_service_cidr(control_plane, "10.152.0.0/16")
         assert control_plane.read_service_cidr() == "10.152.0.0/16"
 
 
-def test_a_worker_unit_refuses_a_cidr_over_the_recorded_service_cidr_and_writes_nothing(
+def test_write_network_refuses_a_cidr_over_the_recorded_service_cidr_before_writing(
         settings, prefix):
+    with NetworkStore(settings, prefix) as control_plane:
+        assert write_network(control_plane, network(), "10.152.183.0/24") is True
+    with NetworkStore(settings, prefix) as worker:
+        wanted = options(cidr="10.152.0.0/16")
+        with pytest.raises(InvalidOption) as refused:
+            write_network(worker, wanted.network_config(), None)
+        assert refused.value.option == "cidr" and "10.152.183.0/24" in refused.value.reason
+        assert worker.read_config()[0] == network()   # what was there stays
+
+
+def test_a_worker_unit_refuses_a_cidr_over_the_recorded_service_cidr_and_writes_nothing(
+        settings, flannels_prefix, netns_machine, etcd, pki, tmp_path):
     """`juju config flannel cidr=10.152.0.0/16` on a cluster whose services
     live in 10.152.183.0/24: every unit is blocked naming the option, and
     etcd keeps no network over the services (kube-proxy's routes would
     swallow pod traffic)."""
-    with NetworkStore(settings, prefix) as control_plane:
-        write_network(control_plane, options(), "10.152.183.0/24")
-    with NetworkStore(settings, prefix) as worker:
-        with pytest.raises(InvalidOption) as refused:
-            write_network(worker, options(cidr="10.152.0.0/16"), None)
-        assert refused.value.option == "cidr" and "10.152.183.0/24" in refused.value.reason
-        assert worker.read_config()["Network"] == "10.1.0.0/16"   # what was there stays
-        assert write_network(worker, options(cidr="10.2.0.0/16"), None) is True
+    control_plane = hook(tmp_path / "control-plane", netns_machine, etcd, pki,
+                         service_cidr="10.152.183.0/24")
+    assert NETWORK_CONFIGURED in network_step.run(control_plane).set_flags
+    worker = hook(tmp_path / "worker", netns_machine, etcd, pki,
+                  config={"cidr": "10.152.0.0/16"})
+    out = network_step.run(worker)
+    assert out.problems[Problem.NETWORK] == (
+        "Invalid cidr: 10.152.0.0/16 overlaps the Kubernetes service-cidr 10.152.183.0/24 "
+        "the control plane publishes; use a range outside it")
+    assert NETWORK_CONFIGURED not in out.set_flags
+    assert etcd_network(settings) == network()   # what was there stays
+    assert worker.confirmed is None
+    again = hook(tmp_path / "worker", netns_machine, etcd, pki, config={"cidr": "10.2.0.0/16"},
+                 state=worker.state.kv)
+    out = network_step.run(again)
+    assert out.problems[Problem.NETWORK] is None and NETWORK_CONFIGURED in out.set_flags
+    assert etcd_network(settings) == network(cidr="10.2.0.0/16")
+
+
+# -- a backend change pending: the stop hook gives the lease back -------------------------
+
+SUBNET_ENV = ("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.52.1/24\nFLANNEL_MTU=1450\n"
+              "FLANNEL_IPMASQ=false\n")
+
+
+@pytest.mark.parametrize("config, confirmed, released", [
+    ({"backend": "host-gw"}, VXLAN, True),
+    ({}, HOST_GW, True),
+    ({"cidr": "10.2.0.0/16"}, VXLAN, False),   # a cidr change is no backend change
+    ({"backend": "host-gw"}, None, False),     # nothing confirmed yet
+])
+def test_a_stopping_unit_gives_its_lease_back_only_while_a_backend_change_waits(
+        config, confirmed, released, settings, flannels_prefix, netns_machine, etcd, pki,
+        tmp_path):
+    """A backend change is refused while any node holds a lease: the stop
+    hook gives this node's back only then (else a unit added back keeps its
+    subnet)."""
+    ctx = hook(tmp_path / "unit", netns_machine, etcd, pki, config=config, name="stop")
+    ctx.state.confirmed_network = confirmed.to_json() if confirmed else None
+    ctx.state.etcd_endpoints = etcd.connection_string
+    etcd_relation = ctx.juju.etcd()
+    write_client_credentials(ctx.record, ctx.paths, etcd_relation.ca, etcd_relation.cert,
+                             etcd_relation.key)
+    ctx.paths.subnet_env.parent.mkdir(parents=True)
+    ctx.paths.subnet_env.write_text(SUBNET_ENV)
+    etcd_client(etcd).put(f"{DEFAULT_PREFIX}/subnets/10.1.52.0-24",
+                          json.dumps({"PublicIP": "192.0.2.10"}))
+    gone = release_lease_for_backend_change(ctx, Outcome())
+    assert gone == ("10.1.52.0/24" if released else None)
+    with NetworkStore(settings, DEFAULT_PREFIX) as store:
+        assert [lease.subnet for lease in store.leases()] == \
+            ([] if released else ["10.1.52.0/24"])

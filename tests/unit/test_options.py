@@ -5,8 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from charms.flannel.options import (InvalidOption, NetworkOptions, network_config,
-                                    parse_options)
+from charms.flannel.facts.options import InvalidOption, NetworkOptions, parse_options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,6 +17,11 @@ def config(**changes):
     values = dict(DEFAULTS)
     values.update({key.replace("_", "-"): value for key, value in changes.items()})
     return values
+
+
+def network_config(**changes) -> dict:
+    """The network config the options ask etcd to hold, as the charm writes it."""
+    return parse_options(config(**changes)).network_config().to_json()
 
 
 def status_for(**changes) -> str:
@@ -42,6 +46,18 @@ def test_a_full_custom_config_is_kept():
                                   iface="ens3", port=4789, vni=4096))
     assert (str(parsed.cidr), parsed.subnet_len, parsed.backend, parsed.iface, parsed.port,
             parsed.vni) == ("192.168.0.0/20", 26, "host-gw", "ens3", 4789, 4096)
+
+
+def test_the_default_network_config_is_flanneld_s_vxlan_on_10_1_0_0_16():
+    assert network_config() == {"Network": "10.1.0.0/16", "SubnetLen": 24,
+                                "Backend": {"Type": "vxlan", "VNI": 1}}
+
+
+def test_each_backend_gets_only_the_settings_flanneld_reads_for_it():
+    assert network_config(vni=4096, port=4789)["Backend"] == {
+        "Type": "vxlan", "VNI": 4096, "Port": 4789}
+    assert network_config(backend="host-gw", vni=4096, port=4789) == {
+        "Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "host-gw"}}
 
 
 def test_invalid_option_carries_option_reason_and_message():
@@ -94,13 +110,12 @@ def test_subnet_len_must_be_a_prefix_length_up_to_30(subnet_len, message):
 
 @pytest.mark.parametrize("cidr, subnet_len", [
     ("10.1.0.0/16", 16), ("10.1.0.0/16", 8),
-    # Accepted by main before flanneld's rule was mirrored ("must be longer than
-    # the prefix"): etcd got a config every flanneld refuses.
+    # "longer than the prefix" is not enough: flanneld v0.27 refuses these
+    # configs, and etcd would hold one every flanneld refuses.
     ("10.1.0.0/16", 17), ("10.1.0.0/23", 24), ("10.1.0.0/28", 29),
 ])
 def test_subnet_len_must_leave_the_cidr_four_subnets(cidr, subnet_len):
-    """flanneld's CheckNetworkConfig: SubnetLen >= the Network's prefix + 2.
-    On main, /16 with 17 and /23 with 24 passed (no InvalidOption raised)."""
+    """flanneld's CheckNetworkConfig: SubnetLen >= the Network's prefix + 2."""
     prefix = int(cidr.split("/")[1])
     assert status_for(cidr=cidr, subnet_len=subnet_len) == (
         f"Invalid subnet-len: {subnet_len} leaves cidr {cidr} fewer than four subnets, "
@@ -216,11 +231,11 @@ def test_the_first_invalid_option_is_reported_in_a_stable_order():
 
 def test_mtu_zero_leaves_the_mtu_to_flanneld():
     assert parse_options(config(mtu=0)).mtu == 0
-    assert "MTU" not in network_config(parse_options(config(mtu=0)))["Backend"]
+    assert "MTU" not in network_config(mtu=0)["Backend"]
 
 
 def test_an_mtu_reaches_the_vxlan_backend():
-    assert network_config(parse_options(config(mtu=1400)))["Backend"] == {
+    assert network_config(mtu=1400)["Backend"] == {
         "Type": "vxlan", "VNI": 1, "MTU": 1400}
 
 
@@ -251,9 +266,9 @@ def test_host_gw_takes_no_mtu():
 # -- direct-routing ---------------------------------------------------------------
 
 def test_direct_routing_reaches_the_vxlan_backend():
-    assert network_config(parse_options(config(**{"direct-routing": True})))["Backend"] == {
+    assert network_config(direct_routing=True)["Backend"] == {
         "Type": "vxlan", "VNI": 1, "DirectRouting": True}
-    assert "DirectRouting" not in network_config(parse_options(config()))["Backend"]
+    assert "DirectRouting" not in network_config()["Backend"]
 
 
 def test_direct_routing_is_refused_for_host_gw_and_must_be_a_boolean():
@@ -272,12 +287,12 @@ def test_direct_routing_is_refused_for_host_gw_and_must_be_a_boolean():
 def test_ipv6_is_off_by_default_and_absent_from_flannels_config():
     options = parse_options(config(ipv6_subnet_len=200))   # not looked at while off
     assert options.ipv6_cidr is None
-    assert not {"EnableIPv6", "IPv6Network", "IPv6SubnetLen"} & set(network_config(options))
+    assert not {"EnableIPv6", "IPv6Network", "IPv6SubnetLen"} & set(
+        network_config(ipv6_subnet_len=200))
 
 
 def test_an_ipv6_cidr_turns_dual_stack_on_as_flanneld_reads_it():
-    options = parse_options(config(ipv6_cidr="fd10:1::/56", ipv6_subnet_len=64))
-    assert network_config(options) == {
+    assert network_config(ipv6_cidr="fd10:1::/56", ipv6_subnet_len=64) == {
         "Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1},
         "EnableIPv6": True, "IPv6Network": "fd10:1::/56", "IPv6SubnetLen": 64}
 

@@ -1,12 +1,16 @@
 """The unit paths table of docs/design.md is the code's: an operator who
 reads it to find (or clean up) what flannel wrote finds every file there,
-at the path and with the mode paths.py gives it."""
+at the path and with the mode facts/paths.py gives it. Paths.under(root)
+is that same tree below a directory, which the tests run the steps on."""
 import re
+from dataclasses import fields
 from pathlib import Path
 
-from charms.flannel import paths
+from charms.flannel.facts import paths
+from charms.flannel.facts.paths import Paths
 
-DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
+DESIGN = Path(__file__).resolve().parents[2] / "docs" / "reference" / "unit-paths.md"
+MACHINE = Paths()
 
 
 def documented() -> dict[str, str]:
@@ -27,20 +31,42 @@ def documented() -> dict[str, str]:
 
 def test_every_file_the_charm_writes_is_in_the_design_table():
     table = documented()
-    for path in (*paths.WRITTEN_FILES, paths.SUBNET_ENV):
+    for path in (*MACHINE.written_files, MACHINE.subnet_env):
         assert str(path) in table, f"{path} is missing from docs/design.md's unit paths"
 
 
 def test_the_modes_in_the_table_are_the_ones_the_charm_sets():
     table = documented()
-    for path, mode in ((paths.FLANNELD, paths.FLANNELD_MODE),
-                       (paths.CNI_PLUGIN, paths.CNI_PLUGIN_MODE),
-                       (paths.SERVICE_FILE, paths.SERVICE_FILE_MODE),
-                       (paths.CNI_CONF, paths.CNI_CONF_MODE),
-                       (paths.ETCD_KEY, paths.ETCD_TLS_FILE_MODE)):
+    for path, mode in ((MACHINE.flanneld, paths.FLANNELD_MODE),
+                       (MACHINE.cni_plugin, paths.CNI_PLUGIN_MODE),
+                       (MACHINE.service_file, paths.SERVICE_FILE_MODE),
+                       (MACHINE.cni_conflist, paths.CNI_CONF_MODE),
+                       (MACHINE.etcd_key, paths.ETCD_TLS_FILE_MODE)):
         assert f"{mode:04o}" in re.findall(r"0[0-7]{3}", table[str(path)]), (path, table[str(path)])
-    assert f"dir {paths.ETCD_TLS_DIR_MODE:04o}" in table[str(paths.ETCD_KEY)]
-    assert f"files {paths.ETCD_TLS_FILE_MODE:04o}" in table[str(paths.ETCD_KEY)]
+    assert f"dir {paths.ETCD_TLS_DIR_MODE:04o}" in table[str(MACHINE.etcd_key)]
+    assert f"files {paths.ETCD_TLS_FILE_MODE:04o}" in table[str(MACHINE.etcd_key)]
+
+
+def test_the_machine_s_paths_are_where_earlier_revisions_wrote_them():
+    """A unit refreshed from an earlier revision finds its files there."""
+    assert [str(p) for p in MACHINE.written_files] == [
+        "/usr/local/bin/flanneld", "/opt/cni/bin/flannel", "/etc/ssl/flannel/client-ca.pem",
+        "/etc/ssl/flannel/client-cert.pem", "/etc/ssl/flannel/client-key.pem",
+        "/lib/systemd/system/flannel.service", "/etc/cni/net.d/10-flannel.conflist"]
+    assert str(MACHINE.subnet_env) == "/run/flannel/subnet.env"
+    assert str(MACHINE.host_local_tables) == "/var/lib/cni/networks"
+    assert [str(p) for p in MACHINE.runtime_directories] == ["/etc/cni/net.d", "/opt/cni/bin"]
+
+
+def test_under_a_root_every_path_is_the_machine_s_below_it(tmp_path):
+    node = Paths.under(tmp_path / "node")
+    for field in fields(Paths):
+        machine = getattr(MACHINE, field.name)
+        assert getattr(node, field.name) == tmp_path / "node" / machine.relative_to("/"), field
+    assert node.written_files == tuple(tmp_path / "node" / p.relative_to("/")
+                                       for p in MACHINE.written_files)
+    assert node.runtime_directories == tuple(tmp_path / "node" / p.relative_to("/")
+                                             for p in MACHINE.runtime_directories)
 
 
 def test_the_install_record_sits_beside_the_charm_directory():

@@ -1,4 +1,4 @@
-"""charms.flannel.pod_bridge: flannel's old gateways leave cni0, and nothing
+"""adapters/pod_bridge.py: flannel's old gateways leave cni0, and nothing
 else does.
 
 The decisions are checked as plain functions; the rule they stand on (what
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import open_netns
 
-from charms.flannel import pod_bridge
-from charms.flannel.pod_bridge import Bridge, FlannelsMarks
+from charms.flannel.adapters import node_files, pod_bridge
+from charms.flannel.adapters.pod_bridge import Bridge, FlannelsMarks
 
 BRIDGE_PLUGIN = Path("/usr/lib/cni/bridge")
 NET, NET6 = ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("fd10:1::/56")
@@ -130,65 +130,82 @@ def test_handed_out_reads_host_local_s_table(tmp_path):
     (table / "last_reserved_ip.0").write_text("10.7.3.9")
     (table / "last_reserved_ip.1").write_text("fd10:1:0:5::4")
     (table / "lock").write_text("")
-    assert sorted(map(str, pod_bridge.handed_out("CDK-flannel-network", tmp_path))) == \
+    assert sorted(map(str, node_files.handed_out("CDK-flannel-network", tmp_path))) == \
         ["10.1.29.5", "10.7.3.9", "fd10:1:0:5::4"]
-    assert pod_bridge.handed_out("../etc", tmp_path) == ()
-    assert pod_bridge.handed_out("missing", tmp_path) == ()
+    assert node_files.handed_out("../etc", tmp_path) == ()
+    assert node_files.handed_out("missing", tmp_path) == ()
 
 
 # --- on a real bridge -------------------------------------------------------------------
 
 def _addresses(node) -> set[str]:
-    shown = json.loads(node(["ip", "-j", "addr", "show", "dev", "cni0"]))
+    shown = json.loads(node.netns(["ip", "-j", "addr", "show", "dev", "cni0"]))
     return {f"{a['local']}/{a['prefixlen']}" for a in shown[0]["addr_info"]
             if a.get("scope") != "link"}
 
 
 @pytest.fixture
-def node(netns):
-    netns(["ip", "link", "add", "cni0", "type", "bridge"])
-    netns(["ip", "link", "set", "cni0", "up"])
-    return netns
+def node(netns_machine):
+    """A Machine in a namespace with a bridge the plugin made, no pod yet."""
+    netns_machine.netns(["ip", "link", "add", "cni0", "type", "bridge"])
+    netns_machine.netns(["ip", "link", "set", "cni0", "up"])
+    return netns_machine
 
 
 def _put(node, *addresses: str) -> None:
     for address in addresses:
-        node(["ip", "addr", "add", address, "dev", "cni0"] + (["nodad"] if ":" in address
-                                                              else []))
+        node.netns(["ip", "addr", "add", address, "dev", "cni0"]
+                   + (["nodad"] if ":" in address else []))
 
 
 def test_settle_on_lease_takes_flannel_s_old_gateways_off(node, tmp_path):
     _put(node, "10.1.29.1/24", "10.1.48.1/24", "fd10:1:0:5::1/64", "192.168.9.1/24")
     settled = pod_bridge.settle_on_lease([addr("10.1.48.1/24")], MARKS, lambda: "net",
-                                         run=node, tables_dir=tmp_path)
+                                         machine=node, tables_dir=tmp_path)
     assert set(map(str, settled.removed)) == {"10.1.29.1/24", "fd10:1:0:5::1/64"}
     assert _addresses(node) == {"10.1.48.1/24", "192.168.9.1/24"}
     assert settled.foreign == (addr("192.168.9.1/24"),)
     assert "192.168.9.1/24" in settled.problem and "ip addr del" in settled.problem
 
 
-def test_settle_on_lease_without_a_bridge_does_nothing(netns, tmp_path):
+def test_settle_on_lease_takes_an_old_cidr_s_gateway_host_local_s_table_names(node, tmp_path):
+    """A unit added back after `cidr` changed while it was away: 10.7.29.1
+    is in no network flannel serves, but flannel's CNI network handed out
+    10.7.29.5, so it is flannel's old gateway and goes."""
+    _put(node, "10.7.29.1/24")
+    table = tmp_path / "CDK-flannel-network"
+    table.mkdir()
+    (table / "last_reserved_ip.0").write_text("10.7.29.5")
+    settled = pod_bridge.settle_on_lease([addr("10.1.48.1/24")], MARKS,
+                                         lambda: "CDK-flannel-network", machine=node,
+                                         tables_dir=tmp_path)
+    assert settled.removed == (addr("10.7.29.1/24"),) and settled.problem is None
+    assert _addresses(node) == set()
+
+
+def test_settle_on_lease_without_a_bridge_does_nothing(netns_machine, tmp_path):
     assert pod_bridge.settle_on_lease([addr("10.1.48.1/24")], MARKS, lambda: "net",
-                                      run=netns, tables_dir=tmp_path) == pod_bridge.Settled()
-    assert not pod_bridge.exists("cni0", Path(tmp_path))
+                                      machine=netns_machine, tables_dir=tmp_path) == \
+        pod_bridge.Settled()
+    assert pod_bridge.read_bridge(netns_machine) is None   # none made either
 
 
 def test_before_start_with_no_lease_known_and_no_pod_every_flannel_address_goes(node, tmp_path):
     """A unit added back after its lease expired: flanneld will lease anew."""
     _put(node, "10.1.29.1/24", "192.168.9.1/24")
     done = pod_bridge.settle_before_start(MARKS, lambda: "net", could_be_gateway=lambda a: True,
-                                          run=node, tables_dir=tmp_path)
+                                          machine=node, tables_dir=tmp_path)
     assert done.removed == (addr("10.1.29.1/24"),)
     assert _addresses(node) == {"192.168.9.1/24"}
 
 
 def test_before_start_pods_keep_a_gateway_flanneld_may_lease_again(node, tmp_path):
     _put(node, "10.1.29.1/24", "10.1.30.1/26")
-    node(["ip", "link", "add", "vethpod", "type", "veth", "peer", "name", "vethpodp"])
-    node(["ip", "link", "set", "vethpod", "master", "cni0"])
+    node.netns(["ip", "link", "add", "vethpod", "type", "veth", "peer", "name", "vethpodp"])
+    node.netns(["ip", "link", "set", "vethpod", "master", "cni0"])
     done = pod_bridge.settle_before_start(
         MARKS, lambda: "net", could_be_gateway=lambda a: a.network.prefixlen == 24,
-        pod_mtu=1400, run=node, tables_dir=tmp_path)
+        pod_mtu=1400, machine=node, tables_dir=tmp_path)
     assert done.removed == (addr("10.1.30.1/26"),)
     assert done.mtu == (1500, 1400)
     assert _addresses(node) == {"10.1.29.1/24"}
@@ -197,10 +214,10 @@ def test_before_start_pods_keep_a_gateway_flanneld_may_lease_again(node, tmp_pat
 def test_before_start_a_kept_lease_s_gateway_stays_and_a_dropped_one_goes(node, tmp_path):
     _put(node, "10.1.29.1/24")
     kept = pod_bridge.settle_before_start(MARKS, lambda: "net", kept=[addr("10.1.29.1/24")],
-                                          run=node, tables_dir=tmp_path)
+                                          machine=node, tables_dir=tmp_path)
     assert not kept and _addresses(node) == {"10.1.29.1/24"}
     dropped = pod_bridge.settle_before_start(MARKS, lambda: "net",
                                              dropped=[addr("10.1.29.1/24")],
                                              could_be_gateway=lambda a: True,
-                                             run=node, tables_dir=tmp_path)
+                                             machine=node, tables_dir=tmp_path)
     assert dropped.removed == (addr("10.1.29.1/24"),) and _addresses(node) == set()

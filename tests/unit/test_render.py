@@ -12,11 +12,13 @@ import pytest
 
 from sandbox.waiting import wait_for
 
-from charms.flannel import paths
-from charms.flannel.render import render_conflist, render_service
+from charms.flannel.adapters.render import render_conflist, render_service
+from charms.flannel.facts.paths import Paths
 
+MACHINE = Paths()
 SERVICE_ARGS = dict(endpoints=["https://10.0.0.5:2379", "https://10.0.0.6:2379"],
-                    ca_file=paths.ETCD_CA, cert_file=paths.ETCD_CERT, key_file=paths.ETCD_KEY)
+                    ca_file=MACHINE.etcd_ca, cert_file=MACHINE.etcd_cert,
+                    key_file=MACHINE.etcd_key)
 
 
 def unit_file(text):

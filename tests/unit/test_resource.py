@@ -8,9 +8,9 @@ import tarfile
 
 import pytest
 
-from charms.flannel.install_record import InstallRecord
-from charms.flannel.resource import (ResourceProblem, install_members, read_resource,
-                                     resource_name)
+from charms.flannel.adapters.install_record import InstallRecord
+from charms.flannel.adapters.resource import (ResourceProblem, install_members,
+                                              read_resource, resource_name)
 
 NAME = "flannel-amd64"
 FLANNELD = b"\x7fELF flanneld " + os.urandom(64 * 1024)

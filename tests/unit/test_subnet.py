@@ -1,9 +1,11 @@
-"""subnet.env, as flanneld writes it: the unit's status shows the subnet."""
+"""subnet.env, as flanneld writes it (facts/subnet_env.py parses it,
+adapters/node_files.py reads the file): the unit's status shows the subnet."""
 import ipaddress
 
 import pytest
 
-from charms.flannel.subnet import SubnetEnv, parse_subnet_env, read_subnet_env
+from charms.flannel.adapters.node_files import read_lease, read_subnet_env
+from charms.flannel.facts.subnet_env import SubnetEnv, parse_subnet_env
 
 FLANNELD_WROTE = """FLANNEL_NETWORK=10.1.0.0/16
 FLANNEL_SUBNET=10.1.52.1/24
@@ -68,3 +70,14 @@ def test_read_returns_none_while_the_file_is_incomplete(tmp_path, text):
 def test_read_parses_a_complete_file(tmp_path):
     (tmp_path / "subnet.env").write_text(FLANNELD_WROTE)
     assert read_subnet_env(str(tmp_path / "subnet.env")) == EXPECTED
+
+
+def test_a_garbled_file_is_no_lease_and_no_hook_failure(tmp_path):
+    """read_subnet_env raises on bad values; the hooks read the lease with
+    read_lease, for which a file flanneld will rewrite is no lease yet."""
+    (tmp_path / "subnet.env").write_text(FLANNELD_WROTE.replace("1450", "big"))
+    with pytest.raises(ValueError):
+        read_subnet_env(tmp_path / "subnet.env")
+    assert read_lease(tmp_path / "subnet.env") is None
+    (tmp_path / "subnet.env").write_text(FLANNELD_WROTE)
+    assert read_lease(tmp_path / "subnet.env") == EXPECTED

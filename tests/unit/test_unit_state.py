@@ -1,8 +1,10 @@
 """UnitState: what the charm remembers between hooks, in charmhelpers' own
 unitdata store (a real sqlite file), and forgotten whole when flannel goes."""
+import pytest
 from charmhelpers.core.unitdata import Storage
 
-from charms.flannel.unit_state import PROBLEM_AREAS, UnitState
+from charms.flannel.facts.status import RECORDED, Problem
+from charms.flannel.steps.unit_state import UnitState
 
 
 def state(tmp_path) -> UnitState:
@@ -12,12 +14,14 @@ def state(tmp_path) -> UnitState:
 def test_what_a_hook_remembers_the_next_hook_reads(tmp_path):
     first = state(tmp_path)
     first.confirmed_network = {"Network": "10.1.0.0/16"}
-    first.set_problem("etcd", "cannot reach etcd: https://10.0.0.1:2379 (refused)")
+    first.set_problem(Problem.ETCD, "cannot reach etcd: https://10.0.0.1:2379 (refused)")
     first.kv.flush()
     second = state(tmp_path)
     assert second.confirmed_network == {"Network": "10.1.0.0/16"}
-    assert second.problem("etcd").startswith("cannot reach etcd")
-    assert second.problem("cidr") is None and second.flanneld_inputs is None
+    assert second.problem(Problem.ETCD).startswith("cannot reach etcd")
+    assert second.problem(Problem.CIDR) is None and second.flanneld_inputs is None
+    assert second.recorded_problems() == [
+        (Problem.ETCD, "cannot reach etcd: https://10.0.0.1:2379 (refused)")]
 
 
 def test_none_unsets_a_value_and_clears_a_problem(tmp_path):
@@ -25,9 +29,28 @@ def test_none_unsets_a_value_and_clears_a_problem(tmp_path):
     s.flanneld_inputs = "digest"
     s.flanneld_inputs = None
     assert "flannel.service-inputs" not in s.kv.getrange("flannel.")
-    s.set_problem("record", "install record unreadable")
-    s.set_problem("record", None)
-    assert s.problem("record") is None
+    s.set_problem(Problem.RECORD, "install record unreadable")
+    s.set_problem(Problem.RECORD, None)
+    assert s.problem(Problem.RECORD) is None
+    assert s.recorded_problems() == []
+
+
+def test_recorded_problems_come_in_the_order_an_operator_acts_on_them(tmp_path):
+    s = state(tmp_path)
+    s.set_problem(Problem.BRIDGE_STALE, "cni0 still holds flannel's old gateway 10.1.29.1/24")
+    s.set_problem(Problem.ETCD, "cannot reach etcd")
+    s.set_problem(Problem.RECORD, "Install record x is missing")
+    assert [problem for problem, _ in s.recorded_problems()] == [
+        Problem.RECORD, Problem.ETCD, Problem.BRIDGE_STALE]
+
+
+@pytest.mark.parametrize("problem", [p for p in Problem if p not in RECORDED])
+def test_a_problem_every_hook_sees_afresh_is_never_recorded(tmp_path, problem):
+    """A recorded NO_ETCD (say) would outlive the relation that fixed it."""
+    s = state(tmp_path)
+    with pytest.raises(ValueError):
+        s.set_problem(problem, "recorded")
+    assert s.kv.getrange("flannel.problem.") == {}
 
 
 def test_a_removed_unit_forgets_everything_flannel_remembered(tmp_path):
@@ -36,11 +59,12 @@ def test_a_removed_unit_forgets_everything_flannel_remembered(tmp_path):
     s = state(tmp_path)
     for key in UnitState.keys():
         s.kv.set(key, "something")
-    for area in PROBLEM_AREAS:
-        s.set_problem(area, "a problem")
+    for problem in RECORDED:
+        s.set_problem(problem, "a problem")
     s.kv.set("other.layer", "kept")
     s.forget()
     assert s.kv.getrange("flannel.") == {}
+    assert s.recorded_problems() == []
     assert s.kv.get("other.layer") == "kept"
 
 
@@ -69,3 +93,19 @@ def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_pat
         "cni_inputs", "nrpe_inputs", "unit_file_loaded", "etcd_endpoints", "etcd_answered",
         "binding_interface", "flanneld_iface", "status", "config", "cni_network_name")}
     assert sorted(map(str, read.values())) == sorted(map(str, previous.values()))
+
+
+def test_the_problems_the_previous_revision_recorded_are_read_after_a_refresh(tmp_path):
+    """The previous revision kept each problem under flannel.problem.<area>:
+    a unit refreshed while blocked stays blocked with the same message."""
+    previous = {"record": Problem.RECORD, "resource": Problem.RESOURCE, "cidr": Problem.CIDR,
+                "network": Problem.NETWORK, "iface": Problem.IFACE, "mtu": Problem.MTU,
+                "ipv6": Problem.IPV6, "etcd": Problem.ETCD, "bridge": Problem.BRIDGE,
+                "bridge-stale": Problem.BRIDGE_STALE}
+    assert set(previous.values()) == set(RECORDED)
+    s = state(tmp_path)
+    for area in previous:
+        s.kv.set(f"flannel.problem.{area}", f"the {area} problem")
+    for area, problem in previous.items():
+        assert s.problem(problem) == f"the {area} problem"
+    assert len(s.recorded_problems()) == len(previous)

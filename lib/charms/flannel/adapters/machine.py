@@ -1,0 +1,53 @@
+"""Commands on the unit's machine: `ip`, `iptables`, `systemctl`, flanneld.
+
+Every adapter that runs a command takes a Machine, so that the charm's steps
+run unchanged against a network namespace of a test's own (a runner that
+enters it) or the handler tier's in-memory machine (tests/handlers), whose
+answers tests/unit/test_machine_contract.py compares with a real kernel's.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Callable, Optional, Sequence
+
+Runner = Callable[..., subprocess.CompletedProcess]
+TIMEOUT = 60
+
+
+def _run_here(argv: Sequence[str], *, check: bool, input: Optional[str]
+              ) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], check=check, capture_output=True, text=True,
+                          input=input, timeout=TIMEOUT)
+
+
+class Machine:
+    """This machine, or with `runner` (argv, check=, input= ->
+    CompletedProcess) another place commands run in."""
+
+    def __init__(self, runner: Optional[Runner] = None,
+                 which: Callable[[str], Optional[str]] = shutil.which):
+        self._runner = runner or _run_here
+        self._which = which
+
+    def run(self, argv: Sequence[str], *, check: bool = True,
+            input: Optional[str] = None) -> subprocess.CompletedProcess:
+        """The command's CompletedProcess (text); with check, a failure
+        raises CalledProcessError."""
+        return self._runner([str(a) for a in argv], check=check, input=input)
+
+    def output(self, argv: Sequence[str]) -> str:
+        """The command's stdout; a failure raises CalledProcessError."""
+        return self.run(argv).stdout
+
+    def has(self, command: str) -> bool:
+        return self._which(command) is not None
+
+    def flanneld_version(self, binary) -> Optional[str]:
+        """The version `flanneld -version` prints (to stderr), or None."""
+        from ..facts.flanneld import version_in
+        try:
+            done = self.run([str(binary), "-version"], check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return version_in(done.stdout + done.stderr)

@@ -1,0 +1,87 @@
+"""Rendering of flannel.service and 10-flannel.conflist from templates/:
+the only module that imports jinja2 (a hook renders only when what a file
+says changed).
+
+Jinja2 is used directly: charms.templating.jinja2 imports charmhelpers, which
+refuses to import off Ubuntu, and this module must import anywhere. Undefined
+variables are errors, so a template and its caller cannot drift apart quietly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from ..facts import paths
+from ..facts.cni_config import DEFAULT_NETWORK_NAME
+from ..facts.etcd_keys import DEFAULT_PREFIX
+
+SERVICE_TEMPLATE = "flannel.service"
+CONFLIST_TEMPLATE = paths.CNI_CONF_NAME
+DEFAULT_SUBNET_FILE = str(paths.Paths().subnet_env)  # also the flannel CNI plugin's default
+
+
+def _render(templates_dir: str | os.PathLike[str], source: str, **context: object) -> str:
+    env = Environment(
+        loader=FileSystemLoader(str(templates_dir)),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["json"] = json.dumps  # JSON-safe strings in the conflist
+    return env.get_template(source).render(**context)
+
+
+def render_service(
+    templates_dir: str | os.PathLike[str],
+    *,
+    endpoints: Sequence[str] | str,
+    ca_file: str | os.PathLike[str],
+    cert_file: str | os.PathLike[str],
+    key_file: str | os.PathLike[str],
+    iface: str,
+    ip_masq: bool = True,
+    prefix: str = DEFAULT_PREFIX,
+    subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
+    flanneld: str | os.PathLike[str] = paths.Paths().flanneld,
+) -> str:
+    """The systemd unit that runs flanneld against etcd. endpoints may be the
+    relation's connection string as is: spaces around its commas would split
+    flanneld's argument, so they are dropped."""
+    if isinstance(endpoints, str):
+        endpoints = endpoints.split(",")
+    endpoints = ",".join(item.strip() for item in endpoints if item.strip())
+    return _render(
+        templates_dir,
+        SERVICE_TEMPLATE,
+        flanneld=str(flanneld),
+        endpoints=endpoints,
+        prefix=prefix,
+        ca_file=str(ca_file),
+        cert_file=str(cert_file),
+        key_file=str(key_file),
+        iface=iface,
+        ip_masq=ip_masq,
+        subnet_file=str(subnet_file),
+    )
+
+
+def render_conflist(
+    templates_dir: str | os.PathLike[str],
+    *,
+    subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
+    network_name: str = DEFAULT_NETWORK_NAME,
+) -> str:
+    """The CNI network config; subnetFile is written only when it is not
+    the plugin's own default. network_name names host-local's allocation
+    table (/var/lib/cni/networks/<name>): keep the one in use."""
+    subnet_file = str(subnet_file)
+    return _render(
+        templates_dir,
+        CONFLIST_TEMPLATE,
+        subnet_file=subnet_file if subnet_file != DEFAULT_SUBNET_FILE else "",
+        network_name=network_name,
+    )

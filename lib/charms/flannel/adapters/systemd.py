@@ -1,0 +1,34 @@
+"""systemctl, as the charm asks it.
+
+The verbs the charm uses, each one `systemctl VERB UNIT` (systemd 252:
+`daemon-reload` takes no unit: "Too many arguments"). Only daemon-reload
+raises on failure (a unit file systemd did not load must fail the hook, to
+be retried); the others answer whether they worked, as charmhelpers'
+service_* do, and what systemd said goes to the hook's stderr (Juju's log).
+"""
+from __future__ import annotations
+
+import sys
+
+from .machine import Machine
+
+
+class Systemd:
+    def __init__(self, machine: Machine):
+        self.machine = machine
+
+    def do(self, verb: str, unit: str, quiet: bool = False) -> bool:
+        """`systemctl VERB UNIT` (start, stop, enable, disable, mask,
+        unmask, reset-failed, ...): whether it worked. Unless `quiet`, its
+        stderr goes to the hook's ("Job for ... failed")."""
+        done = self.machine.run(["systemctl", verb, unit], check=False)
+        if done.stderr and not quiet:
+            sys.stderr.write(done.stderr)
+        return done.returncode == 0
+
+    def is_active(self, unit: str) -> bool:
+        return self.do("is-active", unit, quiet=True)
+
+    def daemon_reload(self) -> None:
+        """Raises CalledProcessError if systemd did not reload."""
+        self.machine.run(["systemctl", "daemon-reload"])

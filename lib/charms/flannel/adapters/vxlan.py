@@ -1,0 +1,49 @@
+"""flanneld's vxlan devices: flannel.<VNI>, and flannel-v6.<VNI> with IPv6.
+
+flanneld makes them as it starts and leaves them when it stops. It names
+them after the VNI, so after a VNI change the old one would stay, holding
+the node's flannel address and routes beside the new one; it reuses a
+device it finds without comparing its MTU, so after an `mtu` change the old
+device would carry on with the old MTU while pods get the new one; and
+nothing of flanneld's removes flannel-v6.<VNI> when IPv6 is turned off.
+The charm deletes what the running config does not want, while flanneld is
+stopped, and all of them on removal.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from typing import Iterable, Optional
+
+from .machine import Machine
+
+_FLANNEL_VXLAN = re.compile(r"flannel(-v6)?\.\d+")
+
+
+def flannel_vxlan_links(links: Iterable[dict]) -> list[str]:
+    """Names of flanneld's vxlan devices among `ip -j -d link show` entries."""
+    return [link["ifname"] for link in links
+            if _FLANNEL_VXLAN.fullmatch(link.get("ifname", ""))
+            and link.get("linkinfo", {}).get("info_kind") == "vxlan"]
+
+
+def delete_vxlan_links(machine: Machine,
+                       keep: Optional[dict[str, Optional[int]]] = None) -> list[str]:
+    """Delete flanneld's vxlan devices but those `keep` names (and those too
+    if their MTU is not keep[name], when that is not None); returns the
+    names deleted."""
+    keep = keep or {}
+    links = json.loads(machine.output(["ip", "-j", "-d", "link", "show"]) or "[]")
+    mtus = {link.get("ifname"): link.get("mtu") for link in links}
+    gone = []
+    for name in flannel_vxlan_links(links):
+        wanted_mtu = keep.get(name)
+        if name not in keep or (wanted_mtu is not None and mtus.get(name) != wanted_mtu):
+            try:
+                machine.output(["ip", "link", "delete", name])
+            except subprocess.CalledProcessError as error:
+                if "Cannot find device" not in (error.stderr or ""):
+                    raise
+            gone.append(name)  # (or gone by itself meanwhile)
+    return gone

@@ -1,0 +1,108 @@
+"""The unit's workload status: every problem the charm can have, each with
+its level and its place in the order an operator should act on them, and
+the one status shown, chosen by that order (as ops' collect-status picks
+the highest-priority status its components add).
+
+Steps find problems (steps/status.py gathers them each hook); this module
+only ranks them, so every status message is tested without a hook. The
+texts are part of a refresh's contract (operators' alerts match them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Optional
+
+BLOCKED, WAITING, MAINTENANCE, ACTIVE = "blocked", "waiting", "maintenance", "active"
+
+WAITING_FOR_ETCD = "Waiting for etcd relation."
+WAITING_FOR_CREDENTIALS = "Waiting for etcd client credentials."
+WAITING_FOR_NETWORK = "Waiting to write the flannel network to etcd."
+WAITING_FOR_SERVICE = "Waiting for flannel.service to start."
+SERVICE_FAILING = "flannel.service is failing: flanneld exited after start (journalctl -u flannel)"
+WAITING_FOR_CNI = "Waiting for the principal on the cni relation."
+NEGOTIATING = "Negotiating flannel network subnet."
+INSTALLING = "Installing flannel."
+SERIES_UPGRADE = "Series upgrade in progress"
+RECORD_ADVICE = "no file is changed; remove and re-add flannel (unproven files stay)"
+ACTIVE_PREFIX = "Flannel subnet "
+
+
+class Problem(Enum):
+    """(level, rank): a lower rank is shown first. The value's first part
+    names the problem where a step records it between hooks
+    (UnitState.problems: unitdata "flannel.problem.<name>")."""
+    RECORD = ("record", BLOCKED, 10)            # the install record is damaged
+    SERIES_UPGRADE = ("series-upgrade", BLOCKED, 20)
+    RESOURCE = ("resource", BLOCKED, 30)        # missing, broken, or no room to install it
+    INSTALLING = ("installing", MAINTENANCE, 35)
+    OPTIONS = ("options", BLOCKED, 40)          # an option that does not parse
+    CIDR = ("cidr", BLOCKED, 41)                # over a network of the machine's
+    MTU = ("mtu", BLOCKED, 42)                  # more than the interface's
+    NETWORK = ("network", BLOCKED, 43)          # a backend change refused under leases
+    IFACE = ("iface", BLOCKED, 44)              # an interface flanneld cannot use
+    IPV6 = ("ipv6", BLOCKED, 45)                # no global IPv6 address to send from
+    NO_ETCD = ("no-etcd", BLOCKED, 50)
+    ETCD_CREDENTIALS = ("etcd-credentials", WAITING, 60)
+    ETCD = ("etcd", WAITING, 61)                # away, refusing, or publishing garbage
+    NETWORK_PENDING = ("network-pending", WAITING, 70)
+    SERVICE_FAILING = ("service-failing", WAITING, 80)
+    SERVICE_STARTING = ("service-starting", WAITING, 81)
+    CNI_PENDING = ("cni-pending", WAITING, 85)
+    CNI = ("cni", BLOCKED, 90)                  # a plugin missing, a config that does not load
+    BRIDGE = ("bridge", BLOCKED, 91)            # an address on cni0 that is not flannel's
+    BRIDGE_STALE = ("bridge-stale", WAITING, 95)   # flannel's old gateway still on cni0
+    NEGOTIATING = ("negotiating", WAITING, 100)
+
+    @property
+    def key(self) -> str:
+        return self.value[0]
+
+    @property
+    def level(self) -> str:
+        return self.value[1]
+
+    @property
+    def rank(self) -> int:
+        return self.value[2]
+
+
+# The problems a step records between hooks (a hook that skips the step
+# still shows it); the others are seen afresh by every hook.
+RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem.NETWORK,
+            Problem.IFACE, Problem.IPV6, Problem.ETCD, Problem.BRIDGE, Problem.BRIDGE_STALE)
+
+
+@dataclass(frozen=True)
+class Status:
+    state: str  # maintenance | blocked | waiting | active
+    message: str
+
+
+def choose(found: Iterable[tuple[Problem, Optional[str]]], gateways: Iterable = ()) -> Status:
+    """The status of the highest-ranked problem found (problem, its text;
+    None for a problem whose text is always the same), else active naming
+    the node's gateways ("Flannel subnet 10.1.52.1/24, fd10:1:0:5::1/64")."""
+    ranked = sorted(found, key=lambda item: item[0].rank)
+    if ranked:
+        problem, text = ranked[0]
+        return Status(problem.level, text or FIXED_TEXTS[problem])
+    return Status(ACTIVE, ACTIVE_PREFIX + ", ".join(map(str, gateways)))
+
+
+FIXED_TEXTS = {
+    Problem.SERIES_UPGRADE: SERIES_UPGRADE,
+    Problem.INSTALLING: INSTALLING,
+    Problem.NO_ETCD: WAITING_FOR_ETCD,
+    Problem.ETCD_CREDENTIALS: WAITING_FOR_CREDENTIALS,
+    Problem.NETWORK_PENDING: WAITING_FOR_NETWORK,
+    Problem.SERVICE_FAILING: SERVICE_FAILING,
+    Problem.SERVICE_STARTING: WAITING_FOR_SERVICE,
+    Problem.CNI_PENDING: WAITING_FOR_CNI,
+    Problem.NEGOTIATING: NEGOTIATING,
+}
+
+
+def record_text(problem: str) -> str:
+    """The blocked status of a damaged install record."""
+    return f"{problem}: {RECORD_ADVICE}"

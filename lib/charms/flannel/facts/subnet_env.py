@@ -1,0 +1,91 @@
+"""flanneld's word on its lease: /run/flannel/subnet.env, which flanneld
+writes once it holds one (the flannel CNI plugin reads it for every pod,
+and the unit's status names the subnet in it). Parsing only: adapters/
+node_files.py reads the file."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Optional
+
+REQUIRED = ("FLANNEL_NETWORK", "FLANNEL_SUBNET", "FLANNEL_MTU", "FLANNEL_IPMASQ")
+
+
+class IncompleteSubnetEnv(ValueError):
+    """Some of the four IPv4 variables are missing (flanneld not done yet)."""
+
+
+@dataclass(frozen=True)
+class SubnetEnv:
+    network: ipaddress.IPv4Network  # the whole pod network, e.g. 10.1.0.0/16
+    subnet: ipaddress.IPv4Interface  # this node's gateway/lease, e.g. 10.1.52.1/24
+    mtu: int
+    ipmasq: bool
+    # dual-stack: the IPv6 pod network and this node's gateway/lease in it
+    ipv6_network: Optional[ipaddress.IPv6Network] = None   # fd10:1::/56
+    ipv6_subnet: Optional[ipaddress.IPv6Interface] = None  # fd10:1:0:5::1/64
+
+    @property
+    def gateways(self) -> tuple:
+        """This node's gateway of each family (the pods' bridge holds them)."""
+        return (self.subnet,) + ((self.ipv6_subnet,) if self.ipv6_subnet else ())
+
+    @property
+    def lease_name(self) -> str:
+        """The lease as flanneld keys it in etcd, "/" for its "-":
+        "10.1.52.0/24", or dual-stack "10.1.52.0/24&fd10:1:0:5::/64"."""
+        return "&".join(str(gateway.network) for gateway in self.gateways)
+
+    @property
+    def networks(self) -> tuple:
+        """(network, subnet length) of each family the lease is in."""
+        found = [(self.network, self.subnet.network.prefixlen)]
+        if self.ipv6_network is not None and self.ipv6_subnet is not None:
+            found.append((self.ipv6_network, self.ipv6_subnet.network.prefixlen))
+        return tuple(found)
+
+
+def parse_subnet_env(text: str) -> SubnetEnv:
+    """Parse KEY=VALUE lines; blank lines, comments and other keys are
+    ignored; FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET (dual-stack) are
+    read when both are there. Raises IncompleteSubnetEnv (a ValueError)
+    when an IPv4 variable is missing, ValueError on a bad value."""
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"line {number} is not KEY=VALUE: {line!r}")
+        values[key.strip()] = _unquote(value.strip())
+    missing = [key for key in REQUIRED if not values.get(key)]
+    if missing:
+        raise IncompleteSubnetEnv(f"subnet.env lacks {', '.join(missing)}")
+    ipmasq = values["FLANNEL_IPMASQ"].lower()
+    if ipmasq not in ("true", "false"):
+        raise ValueError(f"FLANNEL_IPMASQ is not true or false: {values['FLANNEL_IPMASQ']!r}")
+    try:
+        mtu = int(values["FLANNEL_MTU"])
+    except ValueError:
+        raise ValueError(f"FLANNEL_MTU is not a number: {values['FLANNEL_MTU']!r}") from None
+    if mtu <= 0:
+        raise ValueError(f"FLANNEL_MTU is not positive: {mtu}")
+    ipv6 = values.get("FLANNEL_IPV6_NETWORK"), values.get("FLANNEL_IPV6_SUBNET")
+    return SubnetEnv(
+        network=ipaddress.IPv4Network(values["FLANNEL_NETWORK"]),
+        subnet=ipaddress.IPv4Interface(values["FLANNEL_SUBNET"]),
+        mtu=mtu,
+        ipmasq=ipmasq == "true",
+        ipv6_network=ipaddress.IPv6Network(ipv6[0]) if all(ipv6) else None,
+        ipv6_subnet=ipaddress.IPv6Interface(ipv6[1]) if all(ipv6) else None,
+    )
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value

@@ -1,0 +1,213 @@
+"""One hook's context: what the hook asks once (Juju's config and relation
+data, the machine's links, systemd's word on flanneld, the install record,
+what the charm remembers) and hands every step.
+
+Reading never writes: what a hook learns for the next ones (the config, the
+binding) is remembered by steps/status.py's remember() at the hook's end. Values are read
+on first use, so an idle hook pays only for what it looks at.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+from ..adapters import links as machine_links
+from ..adapters import node_files
+from ..adapters.credentials import ClientFiles, client_files
+from ..adapters.install_record import InstallRecord
+from ..adapters.machine import Machine
+from ..adapters.systemd import Systemd
+from ..facts import host_network
+from ..facts.netconfig import NetworkConfig
+from ..facts.options import InvalidOption, NetworkOptions, parse_options
+from ..facts.paths import SERVICE_NAME, Paths, install_record_dir
+from ..facts.subnet_env import SubnetEnv
+from .unit_state import UnitState
+
+IDLE_HOOK = "update-status"
+
+
+@dataclass(frozen=True)
+class EtcdRelation:
+    """What etcd's charm publishes on the relation."""
+    connection_string: str
+    ca: str
+    cert: str
+    key: str
+
+
+class Juju(Protocol):
+    """What the steps ask of Juju (charms.flannel.hook's HookJuju answers through the hook
+    tools and the relation endpoints; tests answer it themselves)."""
+    hook: str
+    charm_dir: Path
+
+    def config(self) -> dict: ...
+
+    def etcd(self) -> Optional[EtcdRelation]: ...   # None until etcd published all of it
+
+    def etcd_related(self) -> bool: ...
+
+    def service_cidr(self) -> Optional[str]: ...    # the control plane's, on the cni relation
+
+    def cni_relation_ids(self) -> list[str]: ...
+
+    def bind_addresses(self, endpoint: str) -> list[dict]: ...   # network-get; may raise
+
+    def resource_path(self, name: str) -> Optional[str]: ...
+
+    def nagios(self) -> Optional[tuple[str, str]]: ...   # (host name, host context), if related
+
+
+class HookContext:
+    def __init__(self, juju: Juju, state: UnitState, *, machine: Optional[Machine] = None,
+                 paths: Optional[Paths] = None, clock: Callable[[], float] = time.time):
+        self.juju = juju
+        self.state = state
+        self.machine = machine or Machine()
+        self.paths = paths or Paths()
+        self.clock = clock
+        self.systemd = Systemd(self.machine)
+        self._routes: dict[int, list] = {}
+
+    # --- the hook -------------------------------------------------------------------
+    @property
+    def hook(self) -> str:
+        return self.juju.hook
+
+    @property
+    def idle(self) -> bool:
+        """update-status: nothing changed that Juju knows of."""
+        return self.juju.hook == IDLE_HOOK
+
+    @property
+    def templates(self) -> Path:
+        return Path(self.juju.charm_dir) / "templates"
+
+    # --- the config and the options ---------------------------------------------------
+    @functools.cached_property
+    def config(self) -> dict:
+        """Juju runs config-changed for every change: an idle hook reads the
+        config the last other hook saw."""
+        if self.idle and self.state.config is not None:
+            return self.state.config
+        return dict(self.juju.config())
+
+    @functools.cached_property
+    def _parsed_options(self):
+        try:
+            return parse_options(self.config)
+        except InvalidOption as invalid:
+            return invalid
+
+    @property
+    def options(self) -> Optional[NetworkOptions]:
+        """The validated options; None while one is invalid (invalid_option)."""
+        parsed = self._parsed_options
+        return parsed if isinstance(parsed, NetworkOptions) else None
+
+    @property
+    def invalid_option(self) -> Optional[InvalidOption]:
+        parsed = self._parsed_options
+        return parsed if isinstance(parsed, InvalidOption) else None
+
+    # --- what the charm remembers -------------------------------------------------------
+    @property
+    def confirmed(self) -> Optional[NetworkConfig]:
+        """The network etcd was last confirmed to hold: the one flanneld runs."""
+        return NetworkConfig.parse(self.state.confirmed_network)
+
+    @functools.cached_property
+    def record(self) -> InstallRecord:
+        return InstallRecord(install_record_dir(self.juju.charm_dir))
+
+    @property
+    def client_files(self) -> ClientFiles:
+        return client_files(self.paths)
+
+    # --- the machine ----------------------------------------------------------------------
+    @functools.cached_property
+    def links(self) -> list:
+        """The machine's links (host_network.Link)."""
+        return machine_links.read_links(self.machine)
+
+    def routes(self, family: int = 4) -> list[dict]:
+        """The machine's routes of one family, read once."""
+        if family not in self._routes:
+            self._routes[family] = machine_links.read_routes(self.machine, family)
+        return self._routes[family]
+
+    @functools.cached_property
+    def binding_interface(self) -> str:
+        """The `cni` binding's interface, skipping fan-* bridges, else the
+        default route's ("" if neither); update-status reuses the last
+        answer."""
+        if self.idle and self.state.binding_interface is not None:
+            return self.state.binding_interface
+        try:
+            bindings = self.juju.bind_addresses("cni")
+        except Exception:   # an old Juju, or no binding: the default route's
+            bindings = []
+        return host_network.binding_interface(
+            bindings, lambda: machine_links.default_route_interface(self.machine))
+
+    def flanneld_iface(self, options: Optional[NetworkOptions]) -> str:
+        """What flanneld's -iface names: the option, else the binding's
+        interface (with invalid options, the one it runs on)."""
+        if options is None:
+            return self.state.flanneld_iface or ""
+        return options.iface or self.binding_interface
+
+    def flanneld_link(self, options: Optional[NetworkOptions]):
+        iface = self.flanneld_iface(options)
+        return host_network.find_link(iface, self.links) if iface else None
+
+    @functools.cached_property
+    def flanneld_active(self) -> bool:
+        """`systemctl is-active flannel`, asked once (forget_flanneld after a
+        restart)."""
+        return self.systemd.is_active(SERVICE_NAME)
+
+    def forget_flanneld(self) -> None:
+        self.__dict__.pop("flanneld_active", None)
+
+    def lease(self) -> Optional[SubnetEnv]:
+        """flanneld's lease as subnet.env says it now."""
+        return node_files.read_lease(self.paths.subnet_env)
+
+    def served_networks(self) -> list:
+        """(network, subnet length) of each pod network flanneld serves here:
+        the network etcd confirmed, and the one subnet.env names (they
+        differ mid-change)."""
+        confirmed, lease = self.confirmed, self.lease()
+        served = list(confirmed.pod_networks if confirmed else ())
+        return served + [pair for pair in (lease.networks if lease else ()) if pair not in served]
+
+    def template_digest(self, name: str) -> str:
+        """sha256 of one of the charm's templates (what a rendered file says)."""
+        return hashlib.sha256((self.templates / name).read_bytes()).hexdigest()
+
+    @contextlib.contextmanager
+    def etcd_store(self, connection_string: str, timeout: float = 5.0):
+        """flannel's keys in etcd (adapters/etcd.py's NetworkStore), through
+        the relation's endpoints and the client files on disk, the endpoint
+        that answered last tried first, and remembered. Raises
+        EtcdUnavailable."""
+        from ..adapters.etcd import EtcdClientSettings, NetworkStore
+        settings = EtcdClientSettings.from_client_files(connection_string, self.client_files,
+                                                        timeout=timeout)
+        with NetworkStore(settings, preferred=self.state.etcd_answered) as store:
+            try:
+                yield store
+            finally:
+                if store.answered:
+                    self.state.etcd_answered = store.answered
+
+    def cni_network_name(self) -> str:
+        return node_files.cni_network_name(self.paths.cni_conflist, self.state.cni_network_name,
+                                           self.paths.host_local_tables)

@@ -1,0 +1,140 @@
+"""update-status's look at etcd: what flanneld does not notice by itself.
+
+One TLS connection (adapters/etcd_probe.py, the standard library only):
+is etcd there, does it still hold the network config, and this node's
+lease, and does this node route every other node's lease? The policy:
+
+- etcd away: a waiting status naming it; flanneld runs on, on its lease.
+- the config gone (etcd rebuilt empty): flannel.network.configured is
+  cleared, and the network is written again in this hook.
+- this node's lease gone, or another node's lease it has no route to, or no
+  subnet.env a minute after flanneld started (deleted since: flanneld writes
+  it only as it starts, and the flannel plugin fails every pod without
+  it): flanneld is restarted in this hook, which leases and routes anew.
+- on a unit that saw flannel v0.11's network in etcd's v2 keyspace: once
+  every node runs flanneld >= 0.18 the v2 keys go; until then the v3
+  copies of v0.11 nodes' leases are kept as long-lived as the v2 leases.
+
+It runs whatever the options say (a unit blocked on a mistyped option still
+gets its network and lease back after an etcd rebuild): it looks at the
+network flanneld runs, the one etcd last confirmed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..adapters import etcd_probe
+from ..facts.etcd_keys import EtcdUnavailable, parse_endpoints
+from ..facts.host_network import unrouted_subnets
+from ..facts.status import Problem
+from ..facts.v2_network import carried_ttl, copies, moved
+from .context import HookContext
+from .flags import NETWORK_CONFIGURED, SERVICE_RUNNING
+from .outcome import Outcome
+
+# flanneld writes subnet.env within seconds of its start once etcd answers
+SUBNET_ENV_GRACE = 60
+
+
+@dataclass(frozen=True)
+class EtcdHealth:
+    problem: Optional[str] = None     # etcd away (EtcdUnavailable's reason)
+    answered: Optional[str] = None    # the endpoint that answered
+    config_missing: bool = False      # etcd holds no network config (rebuilt empty)
+    lost_lease: Optional[str] = None  # this node's lease ("10.1.52.0/24") gone from etcd
+    unrouted: tuple = ()              # other nodes' subnets this node has no route to
+
+
+def own_lease(ctx: HookContext) -> Optional[str]:
+    """The lease subnet.env names, if it is one of the network etcd
+    confirmed (a subnet.env of another network is being re-leased), named
+    as flanneld keys it: "10.1.52.0/24", dual-stack with "&" and the IPv6
+    subnet."""
+    lease, confirmed = ctx.lease(), ctx.confirmed
+    if lease is None or confirmed is None or not confirmed.holds(lease):
+        return None
+    return lease.lease_name
+
+
+def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> EtcdHealth:
+    """What etcd says of this node, through the endpoint that answered last
+    first. Never raises for etcd being away or refusing."""
+    lease_of = own_lease(ctx)
+    files = ctx.client_files
+    try:
+        view = etcd_probe.look(parse_endpoints(connection_string), str(files.ca_file),
+                               str(files.cert_file), str(files.key_file), lease_of=lease_of,
+                               preferred=ctx.state.etcd_answered, timeout=timeout)
+    except EtcdUnavailable as unavailable:
+        return EtcdHealth(problem=unavailable.reason)
+    unrouted = ()
+    if view.lease and view.subnets:   # flanneld runs on its lease: does it route the others?
+        unrouted = unrouted_subnets(view.subnets, lease_of.partition("&")[0], ctx.routes(4))
+    return EtcdHealth(answered=view.endpoint, config_missing=view.config is None,
+                      lost_lease=lease_of if view.lease is False else None, unrouted=unrouted)
+
+
+def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
+    out = Outcome()
+    etcd = ctx.juju.etcd()
+    if etcd is None:
+        return out
+    seen = look(ctx, etcd.connection_string)
+    out.found(Problem.ETCD, seen.problem)
+    if seen.answered:
+        ctx.state.etcd_answered = seen.answered
+    if seen.config_missing:
+        out.say("etcd holds no flannel network config (rebuilt?): writing it again", True)
+        out.clear(NETWORK_CONFIGURED)
+    why = None
+    if seen.lost_lease:
+        why = f"etcd lost this node's lease of {seen.lost_lease}: restarting flanneld to " \
+              "lease it again"
+    elif seen.unrouted:
+        why = "flanneld has no route to {} that etcd has leases of: restarting it to route " \
+              "every lease".format(", ".join(seen.unrouted))
+    elif seen.problem is None and flanneld_started and without_subnet_env(ctx):
+        why = f"flanneld has written no {ctx.paths.subnet_env} since it started: restarting it"
+    if why:
+        out.say(why, True)
+        ctx.state.flanneld_inputs = None
+        out.clear(SERVICE_RUNNING)
+    if ctx.state.v2_network_seen and seen.problem is None:
+        finish_v2_move(ctx, etcd.connection_string, out)
+    return out
+
+
+def without_subnet_env(ctx: HookContext) -> bool:
+    """flanneld running for over SUBNET_ENV_GRACE seconds with no subnet.env."""
+    started = ctx.state.flanneld_started
+    return (started is not None and ctx.clock() - started > SUBNET_ENV_GRACE
+            and not ctx.paths.subnet_env.exists() and ctx.flanneld_active)
+
+
+def finish_v2_move(ctx: HookContext, connection_string: str, out: Outcome) -> None:
+    """Only on a unit that saw flannel v0.11's network (it pays for etcd3gw):
+    once every node runs flanneld >= 0.18, delete flannel's v2 keys; until
+    then keep the copies of v0.11 nodes' leases alive."""
+    try:
+        with ctx.etcd_store(connection_string, timeout=3.0) as store:
+            v2 = store.v2_network()
+            if not v2:
+                done = None
+            else:
+                v3_leases = store.leases()
+                if moved(v2, v3_leases):
+                    store.forget_v2_network()
+                    done = True
+                else:
+                    for lease in copies(v2, v3_leases):   # renewed in v2 since it was copied?
+                        store.extend_lease(lease.name, lease.value, carried_ttl(lease))
+                    done = False
+    except EtcdUnavailable as error:
+        out.say(f"Could not look at etcd's v2 keyspace: {error.reason}")
+        return
+    if done:
+        out.say("Every node runs flanneld >= 0.18: deleted flannel v0.11's network from "
+                "etcd's v2 keyspace")
+    if done is not False:
+        ctx.state.v2_network_seen = None

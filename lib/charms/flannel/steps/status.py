@@ -1,0 +1,77 @@
+"""The status at the end of every hook: each problem the hook sees or a
+step recorded, the highest-ranked shown (facts/status.py), else active with
+the node's subnet. And what the hook learned for the idle hooks to come."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..adapters import node_files
+from ..facts.status import Problem, Status, choose, record_text
+from ..facts.subnet_env import SubnetEnv
+from .context import HookContext
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the flags say, as the handler read them."""
+    installed: bool = False
+    series_upgrade: bool = False
+    etcd_related: bool = False
+    etcd_ready: bool = False           # etcd published its endpoints and TLS material
+    network_configured: bool = False
+    service_started: bool = False      # flanneld started with its current inputs
+    cni_configured: bool = False
+
+
+def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
+    """Every (problem, text) this hook sees: a problem of a later step
+    while an earlier one is not done is left out when it cannot be told."""
+    found = [(problem, record_text(text) if problem is Problem.RECORD else text)
+             for problem, text in ctx.state.recorded_problems()]
+    if seen.series_upgrade:
+        found.append((Problem.SERIES_UPGRADE, None))
+    if not seen.installed:
+        found.append((Problem.INSTALLING, None))
+    if ctx.invalid_option is not None:
+        found.append((Problem.OPTIONS, str(ctx.invalid_option)))
+    # related = the relation exists: before etcd's unit joins (a new unit's
+    # hooks up to start) the unit waits for it; blocked only without one
+    if not seen.etcd_related:
+        found.append((Problem.NO_ETCD, None))
+    if not seen.etcd_ready:
+        found.append((Problem.ETCD_CREDENTIALS, None))
+    if not seen.network_configured:
+        found.append((Problem.NETWORK_PENDING, None))
+    if not (seen.service_started and ctx.flanneld_active):
+        # started with its inputs but not running: it exited, not starting
+        found.append((Problem.SERVICE_FAILING if seen.service_started
+                      else Problem.SERVICE_STARTING, None))
+    if not seen.cni_configured:
+        found.append((Problem.CNI_PENDING, None))
+    else:
+        cni = node_files.chain_problem(ctx.paths.cni_bin_dir) or \
+            node_files.runtime_config_problem(ctx.paths.cni_conf_dir, ctx.paths.cni_conflist)
+        if cni:
+            found.append((Problem.CNI, cni))
+    # flanneld's word on its lease, checked against the network etcd
+    # confirmed: a subnet.env left from before a network change is stale
+    # until flanneld leases anew (no etcd round trip in an idle hook)
+    confirmed = ctx.confirmed
+    if lease is None or confirmed is None or not confirmed.holds(lease):
+        found.append((Problem.NEGOTIATING, None))
+    return found
+
+
+def status(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> Status:
+    return choose(gather(ctx, seen, lease), lease.gateways if lease else ())
+
+
+def remember(ctx: HookContext) -> None:
+    """What an idle hook reuses: Juju runs config-changed for every change,
+    and the binding is asked again in any other hook."""
+    if ctx.idle:
+        return
+    ctx.state.config = ctx.config
+    if "binding_interface" in vars(ctx):   # asked in this hook
+        ctx.state.binding_interface = ctx.binding_interface

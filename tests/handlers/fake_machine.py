@@ -1,0 +1,217 @@
+"""A machine in memory for the handler tier: the `ip`, `iptables` and
+`systemctl` calls the charm's adapters make (adapters/machine.py), answered
+in the shapes the real tools print. tests/unit/test_machine_contract.py
+runs the adapters against a real kernel and against this, and compares.
+
+Paths (flanneld's `-version`, scripts the tests wrote) run for real; the
+fake flanneld (`on_start`) is what a test says flanneld does when
+flannel.service starts: lease a subnet (write subnet.env), or nothing."""
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from charms.flannel.adapters.machine import Machine
+
+
+@dataclass
+class Link:
+    name: str
+    kind: str = "veth"               # linkinfo.info_kind ("" for a plain device)
+    mtu: int = 1500
+    addresses: list = field(default_factory=list)   # "10.1.52.1/24", "fd10::1/64"
+    master: Optional[str] = None
+    up: bool = True
+    loopback: bool = False
+
+    def shown(self, details: bool = False) -> dict:
+        entry = {"ifname": self.name, "mtu": self.mtu,
+                 "flags": (["LOOPBACK"] if self.loopback else []) + (["UP", "LOWER_UP"]
+                                                                     if self.up else []),
+                 "operstate": ("UNKNOWN" if self.loopback else "UP") if self.up else "DOWN",
+                 "link_type": "loopback" if self.loopback else "ether"}
+        if self.master:
+            entry["master"] = self.master
+        if details and self.kind:
+            entry["linkinfo"] = {"info_kind": self.kind}
+        return entry
+
+    def with_addresses(self) -> dict:
+        entry = self.shown()
+        entry["addr_info"] = []
+        for text in self.addresses:
+            address = ipaddress.ip_interface(text)
+            entry["addr_info"].append({
+                "family": "inet" if address.version == 4 else "inet6",
+                "local": str(address.ip), "prefixlen": address.network.prefixlen,
+                "scope": "host" if address.ip.is_loopback else "global"})
+        return entry
+
+
+class FakeMachine(Machine):
+    def __init__(self, address: str = "172.31.254.11/24", address6: Optional[str] = None,
+                 sys_class_net: Optional[Path] = None):
+        super().__init__(runner=self._answer, which=lambda command: f"/usr/sbin/{command}")
+        # where the kernel lists links (the charm stats it before asking `ip`)
+        self.sys_class_net = sys_class_net
+        self.links: dict[str, Link] = {
+            "lo": Link("lo", kind="", mtu=65536, addresses=["127.0.0.1/8", "::1/128"],
+                       loopback=True),
+            "eth0": Link("eth0", addresses=[address] + ([address6] if address6 else []))}
+        network = ipaddress.ip_interface(address).network
+        self.routes: list[dict] = [
+            {"dst": "default", "gateway": str(next(network.hosts())), "dev": "eth0"},
+            {"dst": str(network), "dev": "eth0", "protocol": "kernel", "scope": "link"}]
+        self.routes6: list[dict] = []
+        self.iptables = {"iptables": "", "ip6tables": ""}   # iptables-save text
+        self.units: dict[str, dict] = {}        # name -> {"active", "enabled", "masked"}
+        self.reloads = 0
+        self.calls: list[list[str]] = []
+        self.on_start: Callable[[], None] = lambda: None   # the fake flanneld
+
+    # --- what tests set up ---------------------------------------------------------------
+    def bridge(self, *addresses: str, ports: int = 0, mtu: int = 1450) -> None:
+        self.links["cni0"] = Link("cni0", kind="bridge", mtu=mtu, addresses=list(addresses))
+        for n in range(ports):
+            self.links[f"veth{n}"] = Link(f"veth{n}", master="cni0")
+        self._listed("cni0", True)
+
+    def _listed(self, name: str, there: bool) -> None:
+        if self.sys_class_net is not None:
+            entry = self.sys_class_net / name
+            entry.mkdir(parents=True, exist_ok=True) if there else entry.rmdir()
+
+    def started(self, unit: str = "flannel") -> int:
+        return sum(1 for call in self.calls if call[:3] == ["systemctl", "start", unit])
+
+    # --- the tools --------------------------------------------------------------------------
+    def _answer(self, argv: list, *, check: bool, input=None) -> subprocess.CompletedProcess:
+        self.calls.append(list(argv))
+        if argv[0].startswith("/"):   # a binary of the test's: for real
+            return subprocess.run(argv, capture_output=True, text=True, check=check, input=input)
+        try:
+            out = getattr(self, "_" + argv[0].replace("-", "_"))(argv[1:])
+            done = subprocess.CompletedProcess(argv, 0, out or "", "")
+        except _Refused as refused:
+            done = subprocess.CompletedProcess(argv, refused.code, "", refused.message)
+        if check and done.returncode:
+            raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
+        return done
+
+    def _ip(self, args: list) -> str:
+        words = [a for a in args if a not in ("-j", "-d")]
+        family = next((int(w[1]) for w in words if w in ("-4", "-6")), None)
+        words = [w for w in words if w not in ("-4", "-6")]
+        details = "-d" in args
+        if words[:2] == ["addr", "show"]:
+            return json.dumps([link.with_addresses() for link in self._pick(words[2:])])
+        if words[:2] == ["link", "show"]:
+            if words[2:3] == ["master"]:
+                return json.dumps([link.shown(details) for link in self.links.values()
+                                   if link.master == words[3]])
+            return json.dumps([link.shown(details) for link in self._pick(words[2:])])
+        if words[:2] == ["addr", "del"]:
+            link = self._link(words[words.index("dev") + 1])
+            wanted = str(ipaddress.ip_interface(words[2]))
+            if wanted not in map(str, map(ipaddress.ip_interface, link.addresses)):
+                raise _Refused(2, "RTNETLINK answers: Cannot assign requested address")
+            link.addresses = [a for a in link.addresses if str(ipaddress.ip_interface(a)) != wanted]
+            return ""
+        if words[:2] == ["link", "delete"]:
+            self._link(words[2])
+            del self.links[words[2]]
+            if (self.sys_class_net / words[2]).exists() if self.sys_class_net else False:
+                self._listed(words[2], False)
+            for link in self.links.values():
+                if link.master == words[2]:
+                    link.master = None
+            return ""
+        if words[:2] == ["link", "set"] and "mtu" in words:
+            self._link(words[words.index("dev") + 1]).mtu = int(words[words.index("mtu") + 1])
+            return ""
+        if words[0] == "route":
+            routes = self.routes6 if family == 6 else self.routes
+            if words[1:2] == ["show"]:
+                if words[2:3] == ["default"]:
+                    return json.dumps([r for r in routes if r["dst"] == "default"])
+                return json.dumps(routes)
+            if words[1:2] == ["del"]:
+                before = len(routes)
+                routes[:] = [r for r in routes if r["dst"] != words[2]]
+                if len(routes) == before:
+                    raise _Refused(2, "RTNETLINK answers: No such process")
+                return ""
+        raise AssertionError(f"the fake machine does not know `ip {' '.join(args)}`")
+
+    def _pick(self, words: list) -> list:
+        if words[:1] == ["dev"]:
+            return [self._link(words[1])]
+        return list(self.links.values())
+
+    def _link(self, name: str) -> Link:
+        if name not in self.links:
+            raise _Refused(1, f'Device "{name}" does not exist.')
+        return self.links[name]
+
+    def _iptables_save(self, args):
+        return self.iptables["iptables"]
+
+    def _ip6tables_save(self, args):
+        return self.iptables["ip6tables"]
+
+    def _iptables(self, args, which="iptables"):
+        """-w -t TABLE -D CHAIN ... | -F CHAIN | -X CHAIN, on the saved text."""
+        table = args[args.index("-t") + 1]
+        lines, current = [], None
+        op = next(a for a in args if a in ("-D", "-F", "-X"))
+        rest = args[args.index(op) + 1:]
+        for line in self.iptables[which].splitlines():
+            if line.startswith("*"):
+                current = line[1:]
+            if current == table:
+                if op == "-D" and line.startswith("-A ") and shlex.split(line)[1:] == rest:
+                    op = "done"   # one rule deleted
+                    continue
+                if op == "-F" and line.startswith(f"-A {rest[0]} "):
+                    continue
+                if op == "-X" and line.startswith(f":{rest[0]} "):
+                    continue
+            lines.append(line)
+        self.iptables[which] = "\n".join(lines) + "\n"
+        return ""
+
+    def _ip6tables(self, args):
+        return self._iptables(args, "ip6tables")
+
+    def _systemctl(self, args):
+        verb = args[0]
+        if verb == "daemon-reload":
+            self.reloads += 1
+            return ""
+        unit = self.units.setdefault(args[1], {"active": False, "enabled": False,
+                                               "masked": False})
+        if verb == "is-active":
+            if not unit["active"]:
+                raise _Refused(3, "")
+        elif verb in ("start", "restart"):
+            if unit["masked"]:
+                raise _Refused(1, f"Failed to start {args[1]}.service: Unit is masked.")
+            unit["active"] = True
+            self.on_start()
+        elif verb == "stop":
+            unit["active"] = False
+        elif verb in ("enable", "disable"):
+            unit["enabled"] = verb == "enable"
+        elif verb in ("mask", "unmask"):
+            unit["masked"] = verb == "mask"
+        return ""
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str):
+        self.code, self.message = code, message

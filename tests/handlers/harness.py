@@ -1,0 +1,280 @@
+"""The handler tier's harness (conftest.py holds its fixtures): the real
+reactive module (reactive/flannel.py, the interface layers, charms.reactive's
+dispatch, charmhelpers' unitdata) runs one hook at a time in this process,
+on any host, without root. What cannot
+be real here is stood in for: Juju by fake_juju.FakeJuju (its hook tools),
+the machine's `ip`/`iptables`/`systemctl` by fake_machine.FakeMachine (held
+to a real kernel's answers by tests/unit/test_machine_contract.py). etcd is
+real (sandbox.etcd, with client TLS), and so are the files, below a
+directory of the test's own (facts.paths.Paths.under).
+
+A test sets a state (config, relations, flags, the machine), runs one
+event (`unit.hook("config-changed")`) and checks the state: flags, status,
+etcd, relation data, the machine, the files.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import ipaddress
+import json
+import os
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+# charmhelpers takes this Debian host for the Ubuntu the charm runs on (it
+# refuses any other); set before charmhelpers is imported
+import charmhelpers.osplatform  # noqa: E402
+
+charmhelpers.osplatform.get_platform = lambda: "ubuntu"
+
+from charmhelpers.core import hookenv, unitdata  # noqa: E402
+from charms.reactive import bus, endpoints, relations, trace  # noqa: E402
+
+# what charms.reactive registers as it is imported (Endpoint._startup, ...):
+# every hook starts with these and no more
+FRAMEWORK_ATSTART = list(hookenv._atstart)
+FRAMEWORK_ATEXIT = list(hookenv._atexit)
+from fake_juju import FakeJuju, ToolRunner  # noqa: E402
+from fake_machine import FakeMachine  # noqa: E402
+
+from charms.flannel.facts.paths import Paths  # noqa: E402
+from charms.flannel.steps import context as context_module  # noqa: E402
+
+NETWORK = "/coreos.com/network"
+FLANNELD_VERSION = "v0.27.4"
+FLANNELD_SCRIPT = f"#!/bin/sh\necho 'Flannel version {FLANNELD_VERSION}' >&2\n".encode()
+PLUGIN_SCRIPT = b"#!/bin/sh\nexit 0\n"
+
+
+def charm_dir(root: Path) -> Path:
+    """The charm as charm-build lays it out, for what charms.reactive loads."""
+    charm = root / "charm"
+    charm.mkdir()
+    for name in ("metadata.yaml", "config.yaml"):
+        shutil.copy(REPO / name, charm / name)
+    shutil.copytree(REPO / "templates", charm / "templates")
+    shutil.copytree(REPO / "reactive", charm / "reactive",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for interface in ("etcd", "kubernetes-cni", "nrpe-external-master"):
+        shutil.copytree(REPO / "interfaces" / interface, charm / "hooks" / "relations" /
+                        interface, ignore=shutil.ignore_patterns("__pycache__"))
+        (charm / "hooks" / "relations" / interface / "__init__.py").touch()
+    (charm / "hooks" / "relations" / "__init__.py").touch()
+    return charm
+
+
+def resource(root: Path, members=None) -> Path:
+    """A flannel-<arch> tarball of scripts standing in for the binaries."""
+    members = members or {"flanneld": FLANNELD_SCRIPT, "cni-plugin/flannel": PLUGIN_SCRIPT}
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    path = root / "flannel.tar.gz"
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def defaults() -> dict:
+    options = yaml.safe_load((REPO / "config.yaml").read_text())["options"]
+    return {name: spec.get("default") for name, spec in options.items()}
+
+
+class Unit:
+    """One flannel unit on one machine, its hooks run in this process."""
+
+    def __init__(self, root: Path, etcd, pki):
+        self.root = root
+        self.paths = Paths.under(root / "node")
+        self.charm = charm_dir(root)
+        self.juju = FakeJuju("flannel/0", defaults())
+        self.juju.resources["flannel-amd64"] = str(resource(root))
+        self.machine = FakeMachine(sys_class_net=self.paths.sys_class_net)
+        self.etcd_server, self.pki = etcd, pki
+        self.now = 1_000_000.0
+        (self.paths.cni_bin_dir).mkdir(parents=True)
+        for plugin in ("bridge", "host-local", "portmap", "loopback"):
+            (self.paths.cni_bin_dir / plugin).write_bytes(PLUGIN_SCRIPT)
+            (self.paths.cni_bin_dir / plugin).chmod(0o755)
+        self.paths.sys_class_net.mkdir(parents=True)
+
+    # --- the model -----------------------------------------------------------------------
+    def relate_etcd(self, connection_string: str = "") -> str:
+        pki = self.pki
+        data = {"connection_string": connection_string or self.etcd_server.connection_string,
+                "version": "3.5.17", "client_ca": pki.ca_cert.read_text(),
+                "client_cert": pki.client_cert.read_text(),
+                "client_key": pki.client_key.read_text()}
+        return self.juju.relate("etcd", "etcd", {"etcd/0": data})
+
+    def relate_cni(self, principal: str = "kubernetes-worker", **data) -> str:
+        return self.juju.relate("cni", principal, {f"{principal}/0": {
+            "kubeconfig-hash": "abc", **data}})
+
+    def lease(self, subnet: str = "10.1.52.1/24", network: str = "10.1.0.0/16",
+              ipv6: str = "") -> None:
+        """flanneld wrote subnet.env for this lease."""
+        self.paths.subnet_env.parent.mkdir(parents=True, exist_ok=True)
+        text = (f"FLANNEL_NETWORK={network}\nFLANNEL_SUBNET={subnet}\nFLANNEL_MTU=1450\n"
+                "FLANNEL_IPMASQ=true\n")
+        if ipv6:
+            v6_network, v6_subnet = ipv6.split(",")
+            text += f"FLANNEL_IPV6_NETWORK={v6_network}\nFLANNEL_IPV6_SUBNET={v6_subnet}\n"
+        self.paths.subnet_env.write_text(text)
+
+    def flanneld_leases(self, subnet: str = "10.1.52.1/24") -> None:
+        """What flanneld does at each start from now on: lease `subnet` in
+        etcd under the node's address and write subnet.env."""
+        def start():
+            self.put_lease(str(ipaddress.ip_interface(subnet).network), "172.31.254.11")
+            self.lease(subnet)
+        self.machine.on_start = start
+
+    # --- etcd, as a test looks at it --------------------------------------------------------
+    def etcd(self):
+        import etcd3gw
+        host, port = self.etcd_server.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+        return etcd3gw.Etcd3Client(host=host, port=int(port), protocol="https",
+                                   session=self.etcd_server.session(), timeout=5)
+
+    def etcd_values(self, prefix: str = NETWORK) -> dict[str, str]:
+        return {(meta["key"].decode() if isinstance(meta["key"], bytes) else meta["key"]):
+                value.decode() for value, meta in self.etcd().get_prefix(prefix)}
+
+    def put_lease(self, subnet: str, public_ip: str, ttl: int = 86400) -> str:
+        """A lease as flanneld writes it ("10.1.7.0/24" held by `public_ip`)."""
+        client = self.etcd()
+        key = f"{NETWORK}/subnets/{subnet.replace('/', '-')}"
+        client.put(key, json.dumps({"PublicIP": public_ip, "BackendType": "vxlan"}),
+                   lease=client.lease(ttl))
+        return key
+
+    # --- what a test checks ------------------------------------------------------------------
+    @property
+    def status(self) -> tuple[str, str]:
+        return self.juju.status
+
+    @property
+    def flags(self) -> set[str]:
+        kv = unitdata.Storage(str(self.db))
+        try:
+            return {key[len("reactive.states."):] for key in kv.getrange("reactive.states.")}
+        finally:
+            kv.close()
+
+    def kv(self, key: str):
+        kv = unitdata.Storage(str(self.db))
+        try:
+            return kv.get(key)
+        finally:
+            kv.close()
+
+    @property
+    def db(self) -> Path:
+        return self.charm / ".unit-state.db"
+
+    @property
+    def log(self) -> str:
+        return "\n".join(f"{level}: {message}" for level, message in self.juju.logs)
+
+    # --- one hook -----------------------------------------------------------------------------
+    def hook(self, name: str, relation: str = "", remote: str = "") -> None:
+        """Run hook `name` in this process, as Juju would run it on the unit."""
+        env = {"JUJU_UNIT_NAME": self.juju.unit, "CHARM_DIR": str(self.charm),
+               "JUJU_CHARM_DIR": str(self.charm), "JUJU_HOOK_NAME": name,
+               "JUJU_MODEL_NAME": "handlers", "UNIT_STATE_DB": str(self.db),
+               "JUJU_RELATION_ID": relation, "JUJU_REMOTE_UNIT": remote,
+               "JUJU_AVAILABILITY_ZONE": "", "JUJU_VERSION": "3.6.0"}
+        with _hook_process(env, self), self._machine():
+            from charms.reactive import main
+            old_argv = sys.argv
+            sys.argv = [str(self.charm / "hooks" / name)]
+            try:
+                main()
+            finally:
+                sys.argv = old_argv
+
+    @contextlib.contextmanager
+    def _machine(self):
+        """Every HookContext of this hook runs on this unit's machine and files."""
+        original = context_module.HookContext.__init__
+        unit = self
+
+        def init(ctx, juju, state, *, machine=None, paths=None, clock=None):
+            original(ctx, juju, state, machine=unit.machine, paths=unit.paths,
+                     clock=lambda: unit.now)
+        context_module.HookContext.__init__ = init
+        try:
+            yield
+        finally:
+            context_module.HookContext.__init__ = original
+
+
+@contextlib.contextmanager
+def _hook_process(env: dict, unit: Unit):
+    """What a hook process starts from: its environment, empty framework
+    state (charms.reactive's registries, charmhelpers' caches), the charm's
+    handler modules imported afresh; all put back afterwards."""
+    saved_env = dict(os.environ)
+    saved_path = list(sys.path)
+    saved_modules = set(sys.modules)
+    saved_factories = list(relations.RelationFactory._factories)
+    os.environ.update(env)
+    bus.Handler._HANDLERS = {}
+    endpoints.Endpoint._endpoints = {}
+    hookenv._atstart[:] = FRAMEWORK_ATSTART
+    hookenv._atexit[:] = FRAMEWORK_ATEXIT
+    hookenv.cache.clear()
+    hookenv._cache_config = None
+    trace._tracer = None
+    unitdata._KV = None
+    runner = ToolRunner(unit.juju)
+    saved_subprocess = hookenv.subprocess
+    hookenv.subprocess = runner
+    saved_version = hookenv.juju_version
+    hookenv.juju_version = lambda: "3.6.0"
+    try:
+        yield
+    finally:
+        if unitdata._KV is not None:
+            unitdata._KV.close()
+        unitdata._KV = None
+        hookenv.subprocess = saved_subprocess
+        hookenv.juju_version = saved_version
+        hookenv.cache.clear()
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - saved_modules:
+            if name.split(".")[0] in ("reactive", "relations"):
+                del sys.modules[name]
+        relations.RelationFactory._factories = saved_factories
+
+
+def deployed(unit: Unit, subnet: str = "10.1.52.1/24") -> tuple[str, str]:
+    """install, etcd's and the principal's relations, flanneld on its lease:
+    the relation ids of etcd and cni."""
+    unit.flanneld_leases(subnet)
+    unit.hook("install")
+    etcd = unit.relate_etcd()
+    unit.hook("etcd-relation-changed", etcd, "etcd/0")
+    cni = unit.relate_cni()
+    unit.hook("cni-relation-changed", cni, "kubernetes-worker/0")
+    return etcd, cni
+
+
+def configure(unit: Unit, **options) -> None:
+    """`juju config flannel KEY=VALUE ...` (underscores for dashes)."""
+    unit.juju.config.update({key.replace("_", "-"): value for key, value in options.items()})
+    unit.hook("config-changed")

@@ -1,0 +1,174 @@
+"""update-status's look at etcd (steps/etcd_look.py), against the session's
+real TLS etcd, a real subnet.env and, where routes matter, a real network
+namespace: what an idle hook must act on."""
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from conftest import etcd_client
+import stepkit
+
+from charms.flannel.adapters.credentials import write_client_credentials
+from charms.flannel.adapters.machine import Machine
+from charms.flannel.facts.etcd_keys import DEFAULT_PREFIX, lease_key
+from charms.flannel.facts.status import Problem
+from charms.flannel.steps import etcd_look
+from charms.flannel.steps.context import EtcdRelation
+from charms.flannel.steps.etcd_look import EtcdHealth, look, own_lease
+from charms.flannel.steps.flags import NETWORK_CONFIGURED, SERVICE_RUNNING
+
+NETWORK = {"Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan"}}
+SUBNET_ENV = ("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.52.1/24\n"
+              "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n")
+DUAL = {**NETWORK, "EnableIPv6": True, "IPv6Network": "fd10:1::/56", "IPv6SubnetLen": 64}
+DUAL_ENV = SUBNET_ENV + "FLANNEL_IPV6_NETWORK=fd10:1::/56\nFLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n"
+
+
+def put(etcd, key: str, value) -> None:
+    etcd_client(etcd).put(f"{DEFAULT_PREFIX}/{key}",
+                          value if isinstance(value, str) else json.dumps(value))
+
+
+def put_lease(etcd, subnet: str) -> None:
+    etcd_client(etcd).put(lease_key(subnet), "{}")
+
+
+def unit(tmp_path, etcd, pki, *, confirmed=NETWORK, env=SUBNET_ENV, machine=None, state=None):
+    """An update-status hook's context on a unit whose flanneld runs the
+    `confirmed` network and wrote `env` (None: no subnet.env), with the
+    etcd client files on disk where the charm writes them."""
+    relation = EtcdRelation(etcd.connection_string, pki.ca_cert.read_text(),
+                            pki.client_cert.read_text(), pki.client_key.read_text())
+    tmp_path.mkdir(exist_ok=True)
+    ctx = stepkit.context(tmp_path, machine=machine or Machine(), hook="update-status",
+                          etcd=relation, kv=state)
+    ctx.state.confirmed_network = confirmed
+    write_client_credentials(ctx.record, ctx.paths, relation.ca, relation.cert, relation.key)
+    if env is not None:
+        ctx.paths.subnet_env.parent.mkdir(parents=True, exist_ok=True)
+        ctx.paths.subnet_env.write_text(env)
+    return ctx
+
+
+# --- this node's lease, as flanneld keys it ------------------------------------------------
+
+@pytest.mark.parametrize("confirmed, env, lease", [
+    (NETWORK, SUBNET_ENV, "10.1.52.0/24"),
+    (DUAL, DUAL_ENV, "10.1.52.0/24&fd10:1:0:5::/64"),   # both subnets, as flanneld keys it
+    ({**NETWORK, "Network": "10.2.0.0/16"}, SUBNET_ENV, None),   # another network: re-leasing
+    (DUAL, SUBNET_ENV, None),                  # IPv6 just turned on: flanneld leases anew
+    (NETWORK, DUAL_ENV, None),                 # IPv6 just turned off
+    (NETWORK, "FLANNEL_SUBNET=what\n", None),   # garbled: flanneld's to rewrite
+    (NETWORK, None, None),                     # no subnet.env yet
+    (None, SUBNET_ENV, None),                  # no network confirmed yet
+])
+def test_own_lease_is_the_lease_subnet_env_names_if_it_is_of_the_confirmed_network(
+        confirmed, env, lease, etcd, pki, tmp_path):
+    assert own_lease(unit(tmp_path, etcd, pki, confirmed=confirmed, env=env)) == lease
+
+
+# --- look ------------------------------------------------------------------------------------
+
+def test_a_node_etcd_knows_is_healthy(etcd, pki, flannels_prefix, netns_machine, tmp_path):
+    put(etcd, "config", NETWORK)
+    put_lease(etcd, "10.1.52.0/24")
+    seen = look(unit(tmp_path, etcd, pki, machine=netns_machine), etcd.connection_string)
+    assert seen == EtcdHealth(answered=etcd.endpoint)
+
+
+def test_an_etcd_rebuilt_empty_asks_for_the_config_and_the_lease_again(etcd, pki,
+                                                                       flannels_prefix,
+                                                                       tmp_path):
+    ctx = unit(tmp_path, etcd, pki)
+    ctx.state.flanneld_inputs = "what flanneld was started with"
+    seen = look(ctx, etcd.connection_string)
+    assert (seen.problem, seen.config_missing, seen.lost_lease) == (None, True, "10.1.52.0/24")
+    out = etcd_look.run(ctx, flanneld_started=True)
+    assert NETWORK_CONFIGURED in out.clear_flags   # the network is written again
+    assert SERVICE_RUNNING in out.clear_flags and ctx.state.flanneld_inputs is None
+    assert ("etcd lost this node's lease of 10.1.52.0/24: restarting flanneld to lease it "
+            "again", True) in out.log
+    assert out.problems[Problem.ETCD] is None
+    assert ctx.state.etcd_answered == etcd.endpoint
+
+
+def test_a_lease_of_another_network_is_not_this_nodes_to_miss(etcd, pki, flannels_prefix,
+                                                              tmp_path):
+    """Mid cidr change subnet.env still names the old network's subnet:
+    flanneld is leasing anew, and no restart is asked for."""
+    put(etcd, "config", {**NETWORK, "Network": "10.2.0.0/16"})
+    ctx = unit(tmp_path / "a", etcd, pki, confirmed={**NETWORK, "Network": "10.2.0.0/16"})
+    seen = look(ctx, etcd.connection_string)
+    assert (seen.config_missing, seen.lost_lease) == (False, None)
+    assert etcd_look.run(ctx, flanneld_started=True).clear_flags == []
+    garbled = look(unit(tmp_path / "b", etcd, pki, env="FLANNEL_SUBNET=what\n"),
+                   etcd.connection_string)
+    assert garbled.problem is None and garbled.lost_lease is None
+
+
+def test_etcd_away_is_a_problem_naming_it_and_nothing_else(etcd, pki, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ctx = unit(tmp_path, etcd, pki)
+    seen = look(ctx, f"https://127.0.0.1:{port}", timeout=1.0)
+    assert seen.problem.startswith("cannot reach etcd: https://127.0.0.1:%d" % port)
+    assert (seen.config_missing, seen.lost_lease, seen.answered) == (False, None, None)
+
+
+def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(
+        etcd, pki, flannels_prefix, netns_machine, tmp_path):
+    """Looked for under "10.1.52.0-24" alone, it was lost at every update-status
+    (and flanneld restarted)."""
+    put(etcd, "config", DUAL)
+    key = f"{DEFAULT_PREFIX}/subnets/10.1.52.0-24&fd10:1:0:5::-64"
+    etcd_client(etcd).put(key, "{}")
+    ctx = unit(tmp_path, etcd, pki, confirmed=DUAL, env=DUAL_ENV, machine=netns_machine)
+    assert look(ctx, etcd.connection_string).lost_lease is None
+    etcd_client(etcd).delete(key)
+    assert look(ctx, etcd.connection_string).lost_lease == "10.1.52.0/24&fd10:1:0:5::/64"
+
+
+def test_a_lease_of_the_other_ipv6_shape_is_being_re_leased_not_lost(
+        etcd, pki, flannels_prefix, tmp_path):
+    put(etcd, "config", DUAL)
+    v4_only = unit(tmp_path, etcd, pki, confirmed=DUAL)   # IPv6 just turned on: leasing anew
+    assert look(v4_only, etcd.connection_string).lost_lease is None
+
+
+def test_another_nodes_lease_without_a_route_here_restarts_flanneld(
+        etcd, pki, flannels_prefix, netns_machine, tmp_path):
+    """flanneld v0.27.4 can miss lease events after a lease of the other IPv6
+    shape goes (IPv6 turned on or off): this node then keeps no route to the
+    other node's new subnet, and its pods cannot reach that node's."""
+    put(etcd, "config", NETWORK)
+    for subnet in ("10.1.52.0/24", "10.1.7.0/24", "10.1.9.0/24"):
+        put_lease(etcd, subnet)
+    ip = netns_machine.netns
+    ip(["ip", "link", "add", "cni0", "type", "bridge"])
+    ip(["ip", "link", "add", "flannel.1", "type", "vxlan", "id", "1", "dstport", "8472"])
+    ip(["ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"])
+    for device in ("cni0", "flannel.1", "eth0", "eth0-peer"):
+        ip(["ip", "link", "set", device, "up"])
+    ip(["ip", "addr", "add", "10.1.52.1/24", "dev", "cni0"])   # this node's own subnet
+    ip(["ip", "addr", "add", "10.1.52.0/32", "dev", "flannel.1"])
+    ip(["ip", "addr", "add", "172.31.254.10/24", "dev", "eth0"])
+    # vxlan routes as flanneld makes them: one lease's, one of an old lease, gone
+    for subnet in ("10.1.7.0/24", "10.1.200.0/24"):
+        gateway = subnet.split("/")[0]
+        ip(["ip", "route", "add", subnet, "via", gateway, "dev", "flannel.1", "onlink"])
+    ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
+    ctx.state.flanneld_inputs = "what flanneld was started with"
+    seen = look(ctx, etcd.connection_string)
+    assert seen.unrouted == ("10.1.9.0/24",) and seen.lost_lease is None
+    out = etcd_look.run(ctx, flanneld_started=True)
+    assert SERVICE_RUNNING in out.clear_flags and ctx.state.flanneld_inputs is None
+    assert ("flanneld has no route to 10.1.9.0/24 that etcd has leases of: restarting it to "
+            "route every lease", True) in out.log
+    # a host-gw (or direct-routing) route counts as well
+    ip(["ip", "route", "add", "10.1.9.0/24", "via", "172.31.254.13", "dev", "eth0"])
+    later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
+    assert look(later, etcd.connection_string).unrouted == ()
+    assert etcd_look.run(later, flanneld_started=True).clear_flags == []
