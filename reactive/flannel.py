@@ -14,7 +14,7 @@ from charms.reactive import clear_flag, get_flags, hook, is_flag_set, when, when
 
 from charms.flannel.hook import apply, context
 from charms.flannel.steps import (adoption, bridge, cni, etcd_look, flanneld, install, network,
-                                  nrpe, status, teardown)
+                                  nrpe, offload, status, teardown)
 from charms.flannel.steps.flags import (CNI_CONFIGURED, CNI_JOINED, ETCD_AVAILABLE, ETCD_TLS,
                                         INSTALLED, NETWORK_CONFIGURED, NRPE_AVAILABLE,
                                         NRPE_CONFIGURED, RECORD_DAMAGED, SERIES_UPGRADE,
@@ -145,14 +145,16 @@ def tear_down():
 
 
 def finish():
-    """After every handler: the pods' bridge settled on flanneld's lease,
-    then the status worked out from that same lease."""
+    """After every handler: the pods' bridge settled on flanneld's lease and
+    checksum offload set on its vxlan devices, then the status worked out
+    from that same lease."""
     if is_flag_set(STOPPED):
         return
     ctx = context()
     lease = ctx.lease()
     if not is_flag_set(SERIES_UPGRADE) and not is_flag_set(RECORD_DAMAGED):
         apply(bridge.run(ctx, lease, flanneld_started=is_flag_set(SERVICE_RUNNING)))
+        apply(offload.run(ctx, flanneld_started=is_flag_set(SERVICE_RUNNING)))
     seen = status.Seen(
         installed=is_flag_set(INSTALLED), series_upgrade=is_flag_set(SERIES_UPGRADE),
         etcd_related=ctx.juju.etcd_related(), etcd_ready=ctx.juju.etcd() is not None,

@@ -1,5 +1,5 @@
-"""A machine in memory for the handler tier: the `ip`, `iptables` and
-`systemctl` calls the charm's adapters make (adapters/machine.py), answered
+"""A machine in memory for the handler tier: the `ip`, `iptables`, `nft`,
+`ethtool` and `systemctl` calls the charm's adapters make (adapters/machine.py), answered
 in the shapes the real tools print. tests/unit/test_machine_contract.py
 runs the adapters against a real kernel and against this, and compares.
 
@@ -56,7 +56,9 @@ class Link:
 class FakeMachine(Machine):
     def __init__(self, address: str = "172.31.254.11/24", address6: Optional[str] = None,
                  sys_class_net: Optional[Path] = None):
-        super().__init__(runner=self._answer, which=lambda command: f"/usr/sbin/{command}")
+        super().__init__(runner=self._answer, which=lambda command: (
+            None if command in self.missing else f"/usr/sbin/{command}"))
+        self.missing: set[str] = set()   # commands this machine lacks
         # where the kernel lists links (the charm stats it before asking `ip`)
         self.sys_class_net = sys_class_net
         self.links: dict[str, Link] = {
@@ -69,6 +71,8 @@ class FakeMachine(Machine):
             {"dst": str(network), "dev": "eth0", "protocol": "kernel", "scope": "link"}]
         self.routes6: list[dict] = []
         self.iptables = {"iptables": "", "ip6tables": ""}   # iptables-save text
+        self.nft_tables: set[tuple[str, str]] = set()      # (family, name)
+        self.tx_checksum: dict[str, bool] = {}             # vxlan device -> offload on
         self.units: dict[str, dict] = {}        # name -> {"active", "enabled", "masked"}
         self.reloads = 0
         self.calls: list[list[str]] = []
@@ -187,6 +191,29 @@ class FakeMachine(Machine):
 
     def _ip6tables(self, args):
         return self._iptables(args, "ip6tables")
+
+    def _nft(self, args):
+        """list tables | delete table FAMILY NAME"""
+        if args == ["list", "tables"]:
+            return "".join(f"table {family} {name}\n" for family, name in sorted(self.nft_tables))
+        if args[:2] == ["delete", "table"]:
+            if (args[2], args[3]) not in self.nft_tables:
+                raise _Refused(1, "Error: No such file or directory")
+            self.nft_tables.discard((args[2], args[3]))
+            return ""
+        raise AssertionError(f"the fake machine does not know `nft {' '.join(args)}`")
+
+    def _ethtool(self, args):
+        """-k DEV | -K DEV tx-checksum-ip-generic on|off, on vxlan devices"""
+        device = args[1]
+        if device not in self.links:
+            raise _Refused(1, "netlink error: no device matches name")
+        if args[0] == "-K":
+            self.tx_checksum[device] = args[3] == "on"
+            return ""
+        on = self.tx_checksum.setdefault(device, True)
+        return (f"Features for {device}:\ntx-checksumming: {'on' if on else 'off'}\n"
+                f"\ttx-checksum-ip-generic: {'on' if on else 'off'}\n")
 
     def _systemctl(self, args):
         verb = args[0]

@@ -24,6 +24,7 @@ import shutil
 import sys
 import tarfile
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -133,12 +134,14 @@ class Unit:
             text += f"FLANNEL_IPV6_NETWORK={v6_network}\nFLANNEL_IPV6_SUBNET={v6_subnet}\n"
         self.paths.subnet_env.write_text(text)
 
-    def flanneld_leases(self, subnet: str = "10.1.52.1/24") -> None:
+    def flanneld_leases(self, subnet: str = "10.1.52.1/24",
+                        then: Callable[[], None] = lambda: None) -> None:
         """What flanneld does at each start from now on: lease `subnet` in
-        etcd under the node's address and write subnet.env."""
+        etcd under the node's address and write subnet.env (and `then()`)."""
         def start():
             self.put_lease(str(ipaddress.ip_interface(subnet).network), "172.31.254.11")
             self.lease(subnet)
+            then()
         self.machine.on_start = start
 
     # --- etcd, as a test looks at it --------------------------------------------------------
@@ -262,10 +265,11 @@ def _hook_process(env: dict, unit: Unit):
         relations.RelationFactory._factories = saved_factories
 
 
-def deployed(unit: Unit, subnet: str = "10.1.52.1/24") -> tuple[str, str]:
-    """install, etcd's and the principal's relations, flanneld on its lease:
-    the relation ids of etcd and cni."""
-    unit.flanneld_leases(subnet)
+def deployed(unit: Unit, subnet: str = "10.1.52.1/24",
+             flanneld_also: Callable[[], None] = lambda: None) -> tuple[str, str]:
+    """install, etcd's and the principal's relations, flanneld on its lease
+    (doing `flanneld_also` at each start): the relation ids of etcd and cni."""
+    unit.flanneld_leases(subnet, then=flanneld_also)
     unit.hook("install")
     etcd = unit.relate_etcd()
     unit.hook("etcd-relation-changed", etcd, "etcd/0")

@@ -254,3 +254,23 @@ def test_the_vxlan_devices_flanneld_makes_and_their_mtus(parsed, underlay, devic
 ])
 def test_the_ipv6_vxlan_device_mtu_flanneld_gets(pod_mtu, underlay, v6_device):
     assert vxlan_v6_device_mtu(pod_mtu, underlay) == v6_device
+
+
+# -- EnableNFTables ----------------------------------------------------------------------
+
+def test_nftables_is_read_as_flanneld_reads_it():
+    base = {"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}}
+    assert NetworkConfig.from_json(base).nftables is False
+    assert NetworkConfig.from_json({**base, "EnableNFTables": True}).nftables is True
+    # Go's encoding/json matches field names case-insensitively
+    assert NetworkConfig.from_json({**base, "enablenftables": True}).nftables is True
+    with pytest.raises(NotANetworkConfig):
+        NetworkConfig.from_json({**base, "EnableNFTables": "true"})
+
+
+def test_nftables_round_trips_and_is_left_out_when_off():
+    on = NetworkConfig.from_json({"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"},
+                                  "EnableNFTables": True})
+    assert NetworkConfig.from_json(on.to_json()) == on
+    assert "EnableNFTables" not in NetworkConfig.from_json(
+        {"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}}).to_json()

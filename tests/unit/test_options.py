@@ -81,7 +81,9 @@ def test_invalid_option_carries_option_reason_and_message():
     ("10.1.0.0/16,fd10:1::/56", 'Invalid cidr: "10.1.0.0/16,fd10:1::/56" holds more than '
                                 'one network; put the IPv4 pod network in cidr and the IPv6 '
                                 'one in ipv6-cidr'),
-    ("", "Invalid cidr: it is empty; set an IPv4 network such as 10.1.0.0/16"),
+    ("", "Invalid cidr: it is empty, and flanneld cannot run IPv6-only with etcd (every node "
+         "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16, with "
+         "ipv6-cidr for dual-stack"),
     ("127.0.0.0/16", 'Invalid cidr: "127.0.0.0/16" overlaps 127.0.0.0/8 (loopback); '
                      'use a private range such as 10.1.0.0/16'),
     ("224.0.0.0/8", 'Invalid cidr: "224.0.0.0/8" overlaps 224.0.0.0/4 (multicast); '
@@ -331,3 +333,24 @@ def test_a_large_vni_is_fine_without_ipv6_and_with_host_gw():
     assert parse_options(config(vni=10000)).vni == 10000
     assert parse_options(config(vni=10000, backend="host-gw", ipv6_cidr="fd10:1::/56")).vni \
         == 10000
+
+
+# -- enable-nftables, disable-vxlan-tx-checksumming -----------------------------------
+
+def test_nftables_is_off_and_checksum_offload_off_by_default():
+    options = parse_options({})
+    assert (options.nftables, options.tx_checksum_off) == (False, True)
+    assert "EnableNFTables" not in options.network_config().to_json()
+
+
+def test_nftables_reaches_the_network_config_flanneld_reads():
+    options = parse_options(config(**{"enable-nftables": True}))
+    assert options.network_config().to_json()["EnableNFTables"] is True
+    assert options.network_config().rules_tool == "nft"
+
+
+@pytest.mark.parametrize("option", ["enable-nftables", "disable-vxlan-tx-checksumming"])
+def test_a_switch_that_is_not_a_boolean_is_named(option):
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(**{option: "yes"}))
+    assert str(error.value) == f'Invalid {option}: "yes" is not true or false'

@@ -47,3 +47,27 @@ def delete_vxlan_links(machine: Machine,
                     raise
             gone.append(name)  # (or gone by itself meanwhile)
     return gone
+
+
+# --- transmit checksum offload (disable-vxlan-tx-checksumming) ------------------------------
+# A vxlan device offers only the generic checksum feature; with it off the
+# kernel computes the inner checksums itself, and Linux turns TSO off with it
+# ("Actual changes" in ethtool's answer).
+TX_CHECKSUM_FEATURE = "tx-checksum-ip-generic"
+
+
+def tx_checksum_offload(machine: Machine, device: str) -> Optional[bool]:
+    """Whether `device` offloads transmit checksums (`ethtool -k`); None when
+    the device is gone or does not say."""
+    done = machine.run(["ethtool", "-k", device], check=False)
+    if done.returncode:
+        return None
+    for line in done.stdout.splitlines():
+        name, _, value = line.strip().partition(":")
+        if name == TX_CHECKSUM_FEATURE:
+            return value.split()[0] == "on" if value.split() else None
+    return None
+
+
+def set_tx_checksum_offload(machine: Machine, device: str, on: bool) -> None:
+    machine.output(["ethtool", "-K", device, TX_CHECKSUM_FEATURE, "on" if on else "off"])

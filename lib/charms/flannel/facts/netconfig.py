@@ -50,6 +50,9 @@ class NetworkConfig:
     backend: Backend = Backend()
     ipv6_network: Optional[ipaddress.IPv6Network] = None   # dual-stack; None: IPv4 only
     ipv6_subnet_len: Optional[int] = None
+    # flanneld >= 0.25 writes its masquerade and forward rules in nft tables
+    # flannel-ipv4 and flannel-ipv6 instead of iptables chains (EnableNFTables)
+    nftables: bool = False
 
     # --- JSON ---------------------------------------------------------------------
     @classmethod
@@ -80,7 +83,8 @@ class NetworkConfig:
                                 direct_routing=bool(backend.get("DirectRouting"))),
                 ipv6_network=ipv6,
                 ipv6_subnet_len=(int(data.get("IPv6SubnetLen")
-                                     or _default_subnet_len(ipv6, 64, 62)) if ipv6 else None))
+                                     or _default_subnet_len(ipv6, 64, 62)) if ipv6 else None),
+                nftables=_flag(data, "EnableNFTables"))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             if isinstance(error, NotANetworkConfig):
                 raise
@@ -113,7 +117,14 @@ class NetworkConfig:
         if self.ipv6_network is not None:
             config.update(EnableIPv6=True, IPv6Network=str(self.ipv6_network),
                           IPv6SubnetLen=self.ipv6_subnet_len)
+        if self.nftables:
+            config["EnableNFTables"] = True
         return config
+
+    @property
+    def rules_tool(self) -> str:
+        """What flanneld writes its rules with: "nft" or "iptables"."""
+        return "nft" if self.nftables else "iptables"
 
     # --- the pod networks -------------------------------------------------------
     @property
@@ -214,3 +225,12 @@ def _default_subnet_len(network, per_host: int, big_enough: int) -> int:
     """flanneld's default lease length: a /24 (IPv6: /64) per host when the
     network is big enough, else the network split in four."""
     return per_host if network.prefixlen <= big_enough else network.prefixlen + 2
+
+
+def _flag(data: dict, key: str) -> bool:
+    """A boolean of the config as flanneld reads it: Go's JSON matches the
+    key case-insensitively and refuses a value that is not a boolean."""
+    value = next((v for k, v in data.items() if k.lower() == key.lower()), False)
+    if not isinstance(value, bool):
+        raise NotANetworkConfig(f"{key} is not true or false")
+    return value

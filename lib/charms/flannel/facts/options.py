@@ -55,6 +55,8 @@ DEFAULTS: Mapping[str, object] = {
     "direct-routing": False,
     "ipv6-cidr": "",
     "ipv6-subnet-len": DEFAULT_IPV6_SUBNET_LEN,
+    "enable-nftables": False,
+    "disable-vxlan-tx-checksumming": True,
 }
 
 # Ranges a pod network must not overlap: packets there never reach a pod.
@@ -101,6 +103,10 @@ class NetworkOptions:
     direct_routing: bool = False  # vxlan: plain routes to nodes on the same subnet
     ipv6_cidr: Optional[ipaddress.IPv6Network] = None  # dual-stack's IPv6 pod network; None: off
     ipv6_subnet_len: int = DEFAULT_IPV6_SUBNET_LEN
+    nftables: bool = False   # flanneld's rules in nft tables instead of iptables chains
+    # tx checksum offload off on flanneld's vxlan devices (not part of the
+    # network config: each node's own devices)
+    tx_checksum_off: bool = True
 
     def network_config(self) -> NetworkConfig:
         """The network config these options ask etcd to hold."""
@@ -111,7 +117,8 @@ class NetworkOptions:
                             port=self.port if vxlan else 0, mtu=self.mtu if vxlan else 0,
                             direct_routing=self.direct_routing and vxlan),
             ipv6_network=self.ipv6_cidr,
-            ipv6_subnet_len=self.ipv6_subnet_len if self.ipv6_cidr is not None else None)
+            ipv6_subnet_len=self.ipv6_subnet_len if self.ipv6_cidr is not None else None,
+            nftables=self.nftables)
 
 
 def parse_options(config: Mapping[str, object]) -> NetworkOptions:
@@ -156,6 +163,10 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
                                    f"from 1 to {MAX_IPV6_SUBNET_LEN}")
         _check_ipv6_combination(ipv6_cidr, ipv6_subnet_len, vni, backend)
 
+    nftables = _parse_bool("enable-nftables", get("enable-nftables"))
+    tx_checksum_off = _parse_bool("disable-vxlan-tx-checksumming",
+                                  get("disable-vxlan-tx-checksumming"))
+
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
     if subnet_len < shortest:
         if shortest > MAX_SUBNET_LEN:
@@ -172,7 +183,7 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
     return NetworkOptions(
         cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface,
         mtu=mtu, direct_routing=direct_routing, ipv6_cidr=ipv6_cidr,
-        ipv6_subnet_len=ipv6_subnet_len,
+        ipv6_subnet_len=ipv6_subnet_len, nftables=nftables, tx_checksum_off=tx_checksum_off,
     )
 
 
@@ -208,7 +219,12 @@ def _parse_cidr(value: object) -> ipaddress.IPv4Network:
         raise InvalidOption("cidr", f"{_quoted(value)} is not an IPv4 network")
     text = value
     if not text:
-        raise InvalidOption("cidr", "it is empty; set an IPv4 network such as 10.1.0.0/16")
+        # flanneld's etcd subnet manager (v0.27, v0.28) cannot lease IPv6-only
+        # nodes: with no IPv4 public IP every node takes the first one's lease
+        raise InvalidOption(
+            "cidr", "it is empty, and flanneld cannot run IPv6-only with etcd (every node "
+                    "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16, "
+                    "with ipv6-cidr for dual-stack")
     if "," in text:   # Calico's dual-stack form
         raise InvalidOption(
             "cidr", f"{_quoted(text)} holds more than one network; put the IPv4 pod network "
@@ -291,9 +307,14 @@ def _parse_mtu(value: object, backend: str) -> int:
     return mtu
 
 
-def _parse_direct_routing(value: object, backend: str) -> bool:
+def _parse_bool(option: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise InvalidOption("direct-routing", f"{_quoted(value)} is not true or false")
+        raise InvalidOption(option, f"{_quoted(value)} is not true or false")
+    return value
+
+
+def _parse_direct_routing(value: object, backend: str) -> bool:
+    _parse_bool("direct-routing", value)
     if value and backend != "vxlan":
         raise InvalidOption(
             "direct-routing", f"applies to vxlan only ({backend} routes every node directly "

@@ -42,6 +42,7 @@ class Problem(Enum):
     NETWORK = ("network", BLOCKED, 43)          # a backend change refused under leases
     IFACE = ("iface", BLOCKED, 44)              # an interface flanneld cannot use
     IPV6 = ("ipv6", BLOCKED, 45)                # no global IPv6 address to send from
+    COMMANDS = ("commands", BLOCKED, 46)        # no nft, iptables or ip6tables for flanneld
     NO_ETCD = ("no-etcd", BLOCKED, 50)
     ETCD_CREDENTIALS = ("etcd-credentials", WAITING, 60)
     ETCD = ("etcd", WAITING, 61)                # away, refusing, or publishing garbage
@@ -52,6 +53,7 @@ class Problem(Enum):
     CNI = ("cni", BLOCKED, 90)                  # a plugin missing, a config that does not load
     BRIDGE = ("bridge", BLOCKED, 91)            # an address on cni0 that is not flannel's
     BRIDGE_STALE = ("bridge-stale", WAITING, 95)   # flannel's old gateway still on cni0
+    OFFLOAD = ("offload", BLOCKED, 96)          # vxlan checksum offload cannot be turned off
     NEGOTIATING = ("negotiating", WAITING, 100)
 
     @property
@@ -70,7 +72,8 @@ class Problem(Enum):
 # The problems a step records between hooks (a hook that skips the step
 # still shows it); the others are seen afresh by every hook.
 RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem.NETWORK,
-            Problem.IFACE, Problem.IPV6, Problem.ETCD, Problem.BRIDGE, Problem.BRIDGE_STALE)
+            Problem.IFACE, Problem.IPV6, Problem.COMMANDS, Problem.ETCD, Problem.BRIDGE,
+            Problem.BRIDGE_STALE, Problem.OFFLOAD)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..adapters import iptables, links, pod_bridge, vxlan
+from ..adapters import iptables, links, nftables, pod_bridge, vxlan
 from ..adapters.node_files import read_subnet_env
+from ..facts import commands
 from ..facts.digest import digest
 from ..facts.etcd_keys import EtcdUnavailable, parse_endpoints
 from ..facts.flanneld import inputs_digest
@@ -58,6 +59,7 @@ def run(ctx: HookContext) -> Outcome:
     options = ctx.options
     if options is not None:
         out.problems.update(interface_problems(ctx, options))
+        out.found(Problem.COMMANDS, commands.rules_command_problem(options, ctx.machine.has))
         if any(out.problems.values()):
             return out   # blocked; flanneld runs on as it was
     etcd = ctx.juju.etcd()
@@ -152,6 +154,11 @@ def restart_if_changed(ctx: HookContext, confirmed: NetworkConfig, out: Outcome)
                 out.say(f"Dropped the previous network's {line}")
         except (OSError, subprocess.SubprocessError) as error:
             out.say(f"Could not drop the previous network's iptables rules or routes: {error}")
+    try:   # an enable-nftables change: flanneld v0.27 does not take the old mode's away
+        for line in forget_other_mode_rules(ctx, confirmed):
+            out.say(f"Dropped flanneld's rule of its other mode: {line}")
+    except (OSError, subprocess.SubprocessError) as error:
+        out.say(f"Could not drop flanneld's rules of its other mode: {error}", True)
     if state.v011_rules:   # refreshed from flannel v0.11, whose rules flanneld >= 0.18 keeps
         try:
             for line in iptables.remove_v011_rules(ctx.machine, served):
@@ -256,6 +263,16 @@ def forget_old_rules(ctx: HookContext, old_lease: SubnetEnv, config: NetworkConf
     dropped = [pair for pair in old_lease.networks if pair not in served]
     return (iptables.remove_iptables_rules(ctx.machine)
             + links.remove_pod_network_routes(ctx.machine, dropped))
+
+
+def forget_other_mode_rules(ctx: HookContext, config: NetworkConfig) -> list[str]:
+    """While flanneld is stopped, before it starts on `config`: the rules of
+    the mode it does not run in (its iptables chains in nftables mode, its
+    nft tables in iptables mode), which flanneld itself leaves. Returns
+    what went, for the log."""
+    if config.nftables:
+        return iptables.remove_iptables_rules(ctx.machine)
+    return nftables.remove_nft_tables(ctx.machine)
 
 
 def keep_subnet_for_new_address(ctx: HookContext, old_iface: Optional[str], new_iface: str,

@@ -3,10 +3,10 @@ flanneld did, and nothing else (LP #1866869).
 
 The sequence: flannel.service stopped (unmasked first after a series
 upgrade's pause), the lease given back while a backend change waits for
-every node to leave, flanneld's vxlan devices, iptables rules and routes,
-the Nagios check, every file in the install record (each one that stood
-there before put back), subnet.env and, last, an idle pod bridge; systemd
-forgets the unit. Each step after the service's stop may fail (etcd gone, a
+every node to leave, flanneld's vxlan devices, iptables rules, nft tables
+and routes, the Nagios check, every file in the install record (each one
+that stood there before put back), subnet.env and, last, an idle pod
+bridge; systemd forgets the unit. Each step after the service's stop may fail (etcd gone, a
 device deleted meanwhile) without stopping the others: the files still go,
 or a forced removal would leave them all behind. With a damaged record no
 file is removed, since nothing proves which are flannel's.
@@ -17,7 +17,7 @@ import os
 import subprocess
 from typing import Callable, Optional
 
-from ..adapters import iptables, links, pod_bridge, vxlan
+from ..adapters import iptables, links, nftables, pod_bridge, vxlan
 from ..facts.etcd_keys import EtcdUnavailable
 from ..facts.paths import SERVICE_NAME
 from ..facts.status import BLOCKED, MAINTENANCE, Problem, Status
@@ -59,6 +59,8 @@ def run(ctx: HookContext, *, masked: bool, remove_nrpe_check: Callable[[], None]
     best_effort("remove flanneld's iptables rules", lambda: log_each(
         "Removed flanneld's iptables rule: ", iptables.remove_iptables_rules(
             ctx.machine, networks=[n for n, _ in networks] if state.v011_rules else ())))
+    best_effort("remove flanneld's nft tables", lambda: log_each(
+        "Removed flanneld's ", nftables.remove_nft_tables(ctx.machine)))
     best_effort("remove flanneld's routes", lambda: log_each(
         "Removed flanneld's route ", links.remove_pod_network_routes(ctx.machine, networks)))
     best_effort("remove the nrpe check", remove_nrpe_check)

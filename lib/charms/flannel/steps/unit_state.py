@@ -98,6 +98,10 @@ class UnitState:
         "flannel.cni-network-name",
         "The CNI network name the old charm's conflist used (adoption): host-local's "
         "allocation table is named after it.")
+    tx_checksum_turned_off = _Key(
+        "flannel.tx-checksum-turned-off",
+        "flanneld's vxlan devices on which the charm turned transmit checksum offload off: "
+        "turning disable-vxlan-tx-checksumming off turns it back on on these only.")
 
     def __init__(self, kv):
         self.kv = kv

@@ -1,0 +1,53 @@
+"""Transmit checksum offload off on flanneld's vxlan devices
+(disable-vxlan-tx-checksumming), at the end of every hook.
+
+On some NICs and with NAT in the path, vxlan packets leave with bad UDP
+checksums (flannel issues 1279 and 1282; flannel leaves the fix to the
+operator). flanneld makes its devices anew when it restarts, after a
+device is deleted and after a reboot, always with offload on: every hook
+(update-status at the latest, Juju's start hook after a reboot) looks
+again. Turning the option off puts offload back on the devices the charm
+turned it off on, and on those only.
+"""
+from __future__ import annotations
+
+import subprocess
+
+from ..adapters import vxlan
+from ..facts import commands
+from ..facts.status import Problem
+from .context import HookContext
+from .outcome import Outcome
+
+
+def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
+    out = Outcome()
+    options, confirmed = ctx.options, ctx.confirmed
+    if options is None or confirmed is None or not flanneld_started:
+        return out   # blocked on an option, or flanneld not started yet: as it is
+    turned = set(ctx.state.tx_checksum_turned_off or ())
+    wanted_off = options.tx_checksum_off and confirmed.vxlan
+    problem = commands.offload_command_problem(options, ctx.machine.has) if wanted_off else None
+    out.found(Problem.OFFLOAD, problem)
+    if problem:
+        return out
+    devices = [name for name in (confirmed.vxlan_link, confirmed.vxlan_v6_link)
+               if name and (ctx.paths.sys_class_net / name).exists()]
+    try:
+        if wanted_off:
+            for device in devices:
+                if vxlan.tx_checksum_offload(ctx.machine, device):
+                    vxlan.set_tx_checksum_offload(ctx.machine, device, on=False)
+                    out.say(f"Turned transmit checksum offload off on {device}")
+                    turned.add(device)
+        else:
+            for device in sorted(turned):
+                if (ctx.paths.sys_class_net / device).exists() and \
+                        vxlan.tx_checksum_offload(ctx.machine, device) is False:
+                    vxlan.set_tx_checksum_offload(ctx.machine, device, on=True)
+                    out.say(f"Turned transmit checksum offload back on on {device}")
+            turned = set()
+    except (OSError, subprocess.SubprocessError) as error:
+        out.say(f"Could not set checksum offload on flanneld's vxlan devices: {error}", True)
+    ctx.state.tx_checksum_turned_off = sorted(turned) or None
+    return out

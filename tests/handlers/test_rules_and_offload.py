@@ -1,0 +1,141 @@
+"""enable-nftables and disable-vxlan-tx-checksumming: which rules and
+device settings a node has after each change, and what a node without the
+commands they need is told. The fake flanneld does what flanneld v0.27.4
+does at start (tests/functional/test_nftables_and_checksum_offload.py
+plays the real one): writes its rules in the mode the network config in
+etcd names, and makes flannel.1 with offload on."""
+import json
+
+from fake_machine import Link
+from harness import NETWORK, configure, deployed
+
+IPTABLES_RULES = "\n".join([
+    "*nat", ":POSTROUTING ACCEPT [0:0]", ":FLANNEL-POSTRTG - [0:0]",
+    '-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG',
+    "-A FLANNEL-POSTRTG -s 10.1.0.0/16 -j MASQUERADE", "COMMIT",
+    "*filter", ":FORWARD ACCEPT [0:0]", ":FLANNEL-FWD - [0:0]",
+    '-A FORWARD -m comment --comment "flanneld forward" -j FLANNEL-FWD',
+    "-A FLANNEL-FWD -s 10.1.0.0/16 -j ACCEPT", "COMMIT", ""])
+OPERATORS_RULE = "-A POSTROUTING -s 192.168.9.0/24 -j MASQUERADE"
+
+
+def flanneld_writes_its_rules(unit):
+    """flanneld v0.27.4's start: its rules in the mode etcd's config names
+    (it leaves the other mode's), and flannel.1 made anew, offload on."""
+    def start():
+        config = json.loads(unit.etcd_values()[f"{NETWORK}/config"])
+        if config.get("EnableNFTables"):
+            unit.machine.nft_tables |= {("ip", "flannel-ipv4"), ("ip6", "flannel-ipv6")}
+        elif "FLANNEL-POSTRTG" not in unit.machine.iptables["iptables"]:
+            unit.machine.iptables["iptables"] += IPTABLES_RULES
+        unit.machine.links["flannel.1"] = Link("flannel.1", kind="vxlan", mtu=1450)
+        unit.machine.tx_checksum.pop("flannel.1", None)
+        (unit.paths.sys_class_net / "flannel.1").mkdir(exist_ok=True)
+    return start
+
+
+def deployed_with_rules(unit):
+    unit.machine.iptables["iptables"] = f"*nat\n:POSTROUTING ACCEPT [0:0]\n{OPERATORS_RULE}\n" \
+                                        "COMMIT\n"
+    deployed(unit, flanneld_also=flanneld_writes_its_rules(unit))
+
+
+def test_nftables_on_and_off_leaves_only_the_running_mode_s_rules(unit):
+    deployed_with_rules(unit)
+    assert "FLANNEL-" in unit.machine.iptables["iptables"] and not unit.machine.nft_tables
+    configure(unit, enable_nftables=True)
+    assert json.loads(unit.etcd_values()[f"{NETWORK}/config"])["EnableNFTables"] is True
+    assert unit.machine.started() == 2
+    assert "FLANNEL-" not in unit.machine.iptables["iptables"]
+    assert OPERATORS_RULE in unit.machine.iptables["iptables"]
+    assert unit.machine.nft_tables == {("ip", "flannel-ipv4"), ("ip6", "flannel-ipv6")}
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+    configure(unit, enable_nftables=False)
+    assert unit.machine.started() == 3 and not unit.machine.nft_tables
+    assert "FLANNEL-POSTRTG" in unit.machine.iptables["iptables"]
+    unit.hook("stop")
+    assert not unit.machine.nft_tables and "FLANNEL-" not in unit.machine.iptables["iptables"]
+    assert OPERATORS_RULE in unit.machine.iptables["iptables"]
+
+
+def test_removal_in_nftables_mode_takes_flanneld_s_tables(unit):
+    configure(unit, enable_nftables=True)
+    deployed_with_rules(unit)
+    assert unit.machine.nft_tables
+    unit.hook("stop")
+    assert not unit.machine.nft_tables and "flannel.1" not in unit.machine.links
+
+
+def test_a_node_without_nft_is_blocked_naming_it_and_flanneld_runs_on(unit):
+    deployed_with_rules(unit)
+    unit.machine.missing.add("nft")
+    configure(unit, enable_nftables=True)
+    assert unit.status == ("blocked", "enable-nftables needs nft (nftables 1.0.1 or later), "
+                                      "which this machine lacks: install nftables, or set "
+                                      "enable-nftables to false")
+    assert unit.machine.started() == 1 and unit.machine.units["flannel"]["active"]
+    assert "FLANNEL-POSTRTG" in unit.machine.iptables["iptables"]
+    unit.machine.missing.discard("nft")   # apt install nftables
+    unit.hook("update-status")
+    assert unit.machine.started() == 2 and unit.machine.nft_tables
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_nftables_mode_still_needs_ip6tables_for_flanneld_to_start(unit):
+    unit.machine.missing.add("ip6tables")
+    configure(unit, enable_nftables=True)
+    deployed_with_rules(unit)
+    assert unit.status == ("blocked", "enable-nftables: flanneld v0.27 still runs ip6tables as "
+                                      "it starts, and this machine lacks it: install iptables")
+    assert unit.machine.started() == 0
+
+
+def test_a_node_without_iptables_is_blocked_naming_it(unit):
+    unit.machine.missing |= {"iptables", "iptables-save"}
+    deployed_with_rules(unit)
+    assert unit.status == ("blocked", "flanneld writes its rules with iptables, which this "
+                                      "machine lacks: install iptables, or set enable-nftables "
+                                      "to true")
+    assert unit.machine.started() == 0
+
+
+def test_checksum_offload_is_off_on_flannel_1_and_kept_off_when_it_is_made_anew(unit):
+    deployed_with_rules(unit)
+    assert unit.machine.tx_checksum["flannel.1"] is False
+    # flanneld made the device anew (a crash, a deleted device): offload on again
+    unit.machine.tx_checksum["flannel.1"] = True
+    unit.hook("update-status")
+    assert unit.machine.tx_checksum["flannel.1"] is False
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_turning_the_option_off_puts_offload_back_on_the_devices_the_charm_changed(unit):
+    unit.machine.links["vxlan.calico"] = Link("vxlan.calico", kind="vxlan")
+    unit.machine.tx_checksum["vxlan.calico"] = False   # someone else's
+    deployed_with_rules(unit)
+    configure(unit, disable_vxlan_tx_checksumming=False)
+    assert unit.machine.tx_checksum["flannel.1"] is True
+    assert unit.machine.tx_checksum["vxlan.calico"] is False
+    assert unit.machine.started() == 1   # not flanneld's business: no restart
+    unit.machine.tx_checksum["flannel.1"] = False   # the operator's own choice now
+    unit.hook("update-status")
+    assert unit.machine.tx_checksum["flannel.1"] is False
+
+
+def test_without_ethtool_the_unit_is_blocked_naming_it_until_it_is_installed(unit):
+    unit.machine.missing.add("ethtool")
+    deployed_with_rules(unit)
+    assert unit.status == ("blocked", "disable-vxlan-tx-checksumming needs ethtool, which this "
+                                      "machine lacks: install ethtool, or set "
+                                      "disable-vxlan-tx-checksumming to false")
+    unit.machine.missing.discard("ethtool")
+    unit.hook("update-status")
+    assert unit.machine.tx_checksum["flannel.1"] is False
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_host_gw_needs_no_ethtool(unit):
+    unit.machine.missing.add("ethtool")
+    configure(unit, backend="host-gw")
+    deployed_with_rules(unit)
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
