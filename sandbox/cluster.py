@@ -575,8 +575,8 @@ class Cluster:
     def node_state(self, machine: str) -> "NodeState":
         """What an operator would look at to see whether a node is as
         flannel found it: iptables and ip6tables rules per table (counters
-        dropped), routes and addresses of both families, links, and the
-        systemd units the machine knows."""
+        dropped), nft tables but iptables-nft's, routes and addresses of both
+        families, links, and the systemd units the machine knows."""
         m = self.machines[machine]
         rules = {}
         for cmd in ("iptables", "ip6tables"):
@@ -592,6 +592,11 @@ class Cluster:
                     if entry.split()[0][1:] in BUILTIN_CHAINS and entry.endswith(" ACCEPT"):
                         continue
                     rules.setdefault(table, []).append(entry)
+        # nft tables but the ones iptables-nft keeps its tables in (seen above)
+        for line in m.run(["nft", "list", "tables"], check=False).stdout.splitlines():
+            words = line.split()
+            if len(words) == 3 and words[2] not in IPTABLES_NFT_TABLES:
+                rules.setdefault("nft tables", []).append(f"{words[1]} {words[2]}")
         routes = {f"{family} {r.get('dst')} dev {r.get('dev')}"
                   + (f" via {r['gateway']}" if r.get("gateway") else "")
                   for family in ("-4", "-6") for r in m.ip_json(family, "route", "show")}
@@ -711,6 +716,7 @@ class Cluster:
 
 
 BUILTIN_CHAINS = ("INPUT", "FORWARD", "OUTPUT", "PREROUTING", "POSTROUTING")
+IPTABLES_NFT_TABLES = ("filter", "nat", "mangle", "raw", "security")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Removing flannel leaves each node as flannel found it (docs/explanation/
-what-a-node-keeps.md): no iptables chain or jump of
+what-a-node-keeps.md): no iptables chain or jump, nor nft table, of
 flanneld's, no route into the pod network, no vxlan device, no systemd unit
 loaded or failed, no file; only what the pods still running use stays.
 
@@ -45,16 +45,27 @@ def pod_network_routes(cluster, machine: str, *, bridge_too: bool = False) -> li
             and (bridge_too or r.get("dev") != "cni0")]
 
 
+def nft_tables(cluster, machine: str) -> list[str]:
+    out = cluster.machines[machine].run(["nft", "list", "tables"]).stdout
+    return [line.strip() for line in out.splitlines() if "flannel" in line]
+
+
 def test_host_gw_removal_takes_flanneld_rules_and_routes_from_every_node(open_cluster):
+    """In nftables mode (enable-nftables): flanneld's tables flannel-ipv4 and
+    flannel-ipv6 go with flannel, its routes too, and the node is as
+    flannel found it, nft tables included (iptables mode's removal: every
+    other removal in the suite). A charm that knew only iptables left both
+    tables on every node."""
     with open_cluster("removal, host-gw", workers=2) as cluster:
-        deploy_and_wait(cluster, config={"backend": "host-gw"})
+        deploy_and_wait(cluster, config={"backend": "host-gw", "enable-nftables": True})
         pods = {m: cluster.start_pod(m) for m in ("m1", "m2")}
         assert pods["m1"].ping(pods["m2"].address), "no pod traffic over host-gw"
         for m in ("m1", "m2"):   # what flanneld made, so that its going means something
-            assert any(":FLANNEL-POSTRTG" in r for r in flanneld_rules(cluster, m)), m
+            assert nft_tables(cluster, m) == ["table ip flannel-ipv4", "table ip6 flannel-ipv6"]
             assert pod_network_routes(cluster, m), f"{m}: no host-gw route to the other node"
         cluster.remove_cni_relation()
         for m in ("m1", "m2"):
+            assert nft_tables(cluster, m) == [], f"{m}: flanneld's nft tables stayed"
             assert flanneld_rules(cluster, m) == [], f"{m}: flanneld's rules stayed"
             assert pod_network_routes(cluster, m) == [], f"{m}: host-gw routes stayed"
             assert cluster.flannel_leftovers(m) == [], f"{m}: flannel left these"

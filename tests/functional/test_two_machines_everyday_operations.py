@@ -18,6 +18,7 @@ from functional_kit import (all_plugin_bytes, deploy_and_wait, member, plugin_di
                             pods_everywhere, repack_resource)
 
 from sandbox.cluster import SUBNET_ENV
+from sandbox.waiting import wait_for
 
 # the module's tests share its cluster(s): one pytest-xdist worker runs them all
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("two_machines_everyday_operations")]
@@ -163,6 +164,80 @@ def test_vni_and_port_change_reach_etcd_and_flanneld(two):
     with two.timings.phase("new pods over the new vxlan", two.say):
         pods = pods_everywhere(two)
         assert_ping_both_ways(pods["m1"], pods["m2"])
+
+
+def flannels_nft_tables(cluster, machine: str) -> list[str]:
+    out = cluster.machines[machine].run(["nft", "list", "tables"]).stdout
+    return sorted(line.strip() for line in out.splitlines() if "flannel" in line)
+
+
+def flannels_iptables_chains(cluster, machine: str) -> list[str]:
+    return [line for cmd in ("iptables-save", "ip6tables-save")
+            for line in cluster.machines[machine].run([cmd]).stdout.splitlines()
+            if "FLANNEL-" in line]
+
+
+def assert_pods_reach_each_other_and_outside(cluster):
+    pods = pods_everywhere(cluster)
+    assert_ping_both_ways(pods["m1"], pods["m2"])
+    for m, pod in pods.items():   # etcd's address has no route back to pods: masquerade
+        assert pod.ping(cluster.etcd.host), f"a pod on {m} cannot reach {cluster.etcd.host}"
+
+
+def test_nftables_mode_on_and_off_keeps_only_the_running_mode_s_rules(two):
+    """enable-nftables: flanneld v0.27.4 writes its masquerade and forward
+    rules in nft tables, and leaves its iptables chains (flushed or not);
+    back in iptables mode its nft tables stay. The charm takes away the
+    other mode's; pods reach each other and the outside in both modes."""
+    with two.timings.phase("juju config flannel enable-nftables=true", two.say):
+        two.configure(**{"enable-nftables": True})
+        two.wait_for_flannel(timeout=120)
+    for m in MACHINES:
+        assert flannels_nft_tables(two, m) == ["table ip flannel-ipv4", "table ip6 flannel-ipv6"]
+        ruleset = two.machines[m].run(["nft", "list", "table", "ip", "flannel-ipv4"]).stdout
+        assert "masquerade" in ruleset, f"{m}: {ruleset}"
+        assert flannels_iptables_chains(two, m) == [], m
+    with two.timings.phase("pods in nftables mode", two.say):
+        assert_pods_reach_each_other_and_outside(two)
+    with two.timings.phase("juju config flannel enable-nftables=false", two.say):
+        two.configure(**{"enable-nftables": False})
+        two.wait_for_flannel(timeout=120)
+    for m in MACHINES:
+        assert flannels_nft_tables(two, m) == [], m
+        assert any(":FLANNEL-POSTRTG" in line for line in flannels_iptables_chains(two, m)), m
+    with two.timings.phase("pods in iptables mode", two.say):
+        assert_pods_reach_each_other_and_outside(two)
+
+
+def tx_checksum(cluster, machine: str, device: str) -> str:
+    out = cluster.machines[machine].run(["ethtool", "-k", device]).stdout
+    return next(line.split(":", 1)[1].strip() for line in out.splitlines()
+                if line.strip().startswith("tx-checksum-ip-generic:"))
+
+
+def test_vxlan_checksum_offload_is_off_and_stays_off_when_the_device_is_made_anew(two):
+    """disable-vxlan-tx-checksumming (on by default): flannel.<vni> without
+    tx checksum offload on every node; flanneld v0.27.4 makes a deleted
+    device anew (with offload on) and the next hook turns it off again;
+    the option turned off puts offload back."""
+    device = f"flannel.{two.network_config()['Backend'].get('VNI', 1)}"
+    for m in MACHINES:
+        assert tx_checksum(two, m, device) == "off", m
+    m1 = two.machines["m1"]
+    m1.run(["ip", "link", "delete", device])
+    assert wait_for(lambda: device in m1.links(), 30), f"flanneld did not make {device} anew"
+    two.controller.update_status("flannel")
+    two.settle()
+    assert tx_checksum(two, "m1", device) == "off"
+    with two.timings.phase("juju config flannel disable-vxlan-tx-checksumming=false", two.say):
+        two.configure(**{"disable-vxlan-tx-checksumming": False})
+    for m in MACHINES:
+        assert tx_checksum(two, m, device) == "on", m
+    two.configure(**{"disable-vxlan-tx-checksumming": True})
+    for m in MACHINES:
+        assert tx_checksum(two, m, device) == "off", m
+    assert two.wait_for_flannel(timeout=60)
+    assert_ping_both_ways(*pods_everywhere(two).values())
 
 
 # Every invalid option and the status it gives: tests/handlers; here two, on
