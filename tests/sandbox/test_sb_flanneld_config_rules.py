@@ -221,3 +221,51 @@ def test_the_charm_accepts_only_what_flanneld_accepts(flanneld_node, options, st
         assert charm_ok == flanneld_ok, (
             f"charm {'accepts' if charm_ok else 'refuses'} ({charm_says!r}), flanneld "
             f"{'accepts' if flanneld_ok else 'refuses'} ({flanneld_says!r})")
+
+
+IPV6_ONLY = {"EnableIPv4": False, "EnableIPv6": True, "IPv6Network": "fd10:1::/56",
+             "IPv6SubnetLen": 64, "Backend": {"Type": "vxlan", "VNI": 1}}
+
+
+def test_ipv6_only_is_refused_because_flanneld_gives_every_node_one_lease(flanneld_node):
+    """IPv6-only (an empty cidr, flannel's EnableIPv4: false) is refused by
+    the charm with the reason, because flanneld's etcd subnet manager
+    cannot lease it: with no IPv4 address every node's public IP is 0.0.0.0,
+    and each node takes the first one's lease as its own. Two flanneld on
+    two nodes show it here. When a flanneld leases them apart, this test
+    fails, and the charm may let cidr be empty."""
+    assert charm_verdict({"cidr": "", "ipv6-cidr": "fd10:1::/56"}) == (False, (
+        "Invalid cidr: it is empty, and flanneld cannot run IPv6-only with etcd (every node "
+        "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16, with "
+        "ipv6-cidr for dual-stack"))
+    prefix = f"/ipv6-only-{uuid.uuid4().hex[:8]}/network"
+    etcd, pki, net = flanneld_node["etcd"], flanneld_node["pki"], flanneld_node["net"]
+    host, port = etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+    ns = flanneld_node["node"]
+    run(["ip", "netns", "exec", ns.netns, sys.executable, "-c", _PUT_CONFIG, host, port,
+         str(pki.ca_cert), str(pki.client_cert), str(pki.client_key), f"{prefix}/config",
+         json.dumps(IPV6_ONLY)], timeout=30)
+    processes, subnets = [], {}
+    try:
+        for name in ("v6-only-a", "v6-only-b"):
+            node = net.attach(name)
+            subnet_file = flanneld_node["work"] / f"{name}.env"
+            processes.append(subprocess.Popen(
+                ["ip", "netns", "exec", node.netns, str(flanneld_node["flanneld"]),
+                 f"-etcd-endpoints={etcd.endpoint}", f"-etcd-prefix={prefix}",
+                 f"-etcd-cafile={pki.ca_cert}", f"-etcd-certfile={pki.client_cert}",
+                 f"-etcd-keyfile={pki.client_key}", f"-iface={node.ifname}",
+                 f"-subnet-file={subnet_file}", "-ip-masq=false"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "FLANNEL_IPV6_SUBNET" not in (
+                    subnet_file.read_text() if subnet_file.exists() else ""):
+                time.sleep(0.2)
+            env = dict(line.split("=", 1) for line in subnet_file.read_text().split())
+            subnets[name] = env["FLANNEL_IPV6_SUBNET"]
+            assert "FLANNEL_SUBNET" not in env
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(timeout=30)
+    assert subnets["v6-only-a"] == subnets["v6-only-b"], subnets
