@@ -11,7 +11,10 @@ m1 to m2, pod to pod and node to node (eth0 to eth0), in the same run.
 Printed as a table with the pod/node ratios and written as JSON; figures,
 never asserted.
 
-Settings: vxlan; vxlan with direct routing; host-gw; and vxlan on a network
+Settings: vxlan; vxlan with direct routing; vxlan with flanneld's rules in
+nftables (enable-nftables); vxlan with transmit checksum offload left on
+(disable-vxlan-tx-checksumming false: the kernel's default); host-gw; and
+vxlan on a network
 whose switch carries 1400 bytes while each node's eth0 says 1500 (a path
 smaller than the interface, as through a tunnel) with `mtu` 0, flanneld's
 own choice (pods get 1450: full-size packets vanish on the way, so one TCP
@@ -160,6 +163,8 @@ DUAL_STACK = {"ipv6-cidr": "fd10:1::/56"}
 SETTINGS = [
     ("vxlan", {}, None, None),
     ("vxlan, direct routing", {"direct-routing": True}, None, None),
+    ("vxlan, nftables", {"enable-nftables": True}, None, None),
+    ("vxlan, tx checksum offload on", {"disable-vxlan-tx-checksumming": False}, None, None),
     ("host-gw", {"backend": "host-gw"}, None, None),
     ("vxlan, 1400-byte path, mtu 0 (wrong)", {}, 1400, 1500),
     ("vxlan, 1400-byte path, mtu 1400", {"mtu": 1400}, 1400, 1500),

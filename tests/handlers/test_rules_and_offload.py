@@ -109,11 +109,23 @@ def test_checksum_offload_is_off_on_flannel_1_and_kept_off_when_it_is_made_anew(
     assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
 
 
+UDEV_RULE = ('ACTION=="add", SUBSYSTEM=="net", KERNEL=="flannel.[0-9]*|flannel-v6.[0-9]*", '
+             'RUN+="/usr/sbin/ethtool -K %k tx-checksum-ip-generic off"')
+
+
+def test_a_udev_rule_turns_offload_off_as_flanneld_makes_a_device_and_goes_with_flannel(unit):
+    deployed_with_rules(unit)
+    assert UDEV_RULE in unit.paths.offload_udev_rule.read_text().splitlines()
+    unit.hook("stop")
+    assert not unit.paths.offload_udev_rule.exists()
+
+
 def test_turning_the_option_off_puts_offload_back_on_the_devices_the_charm_changed(unit):
     unit.machine.links["vxlan.calico"] = Link("vxlan.calico", kind="vxlan")
     unit.machine.tx_checksum["vxlan.calico"] = False   # someone else's
     deployed_with_rules(unit)
     configure(unit, disable_vxlan_tx_checksumming=False)
+    assert not unit.paths.offload_udev_rule.exists()
     assert unit.machine.tx_checksum["flannel.1"] is True
     assert unit.machine.tx_checksum["vxlan.calico"] is False
     assert unit.machine.started() == 1   # not flanneld's business: no restart

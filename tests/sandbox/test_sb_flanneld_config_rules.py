@@ -56,6 +56,9 @@ CASES = [
     ({"cidr": "10.1.0.0/16", "vni": 16777215}, None),
     ({"cidr": "10.1.0.0/16", "port": 65535}, None),
     ({"cidr": "10.1.0.0/16", "port": 1}, None),
+    # nftables mode (flanneld >= 0.25): the same rules, nft tables instead of iptables
+    ({"cidr": "10.1.0.0/16", "enable-nftables": True}, None),
+    ({"ipv6-cidr": "fd10:1::/56", "enable-nftables": True}, None),
     # flanneld picks a SubnetLen itself when it is 0; the charm asks for one.
     ({"cidr": "10.1.0.0/16", "subnet-len": 0},
      "subnet-len 0 means 'flanneld chooses'; the charm wants it explicit"),
@@ -111,6 +114,8 @@ def raw_config(options: dict) -> dict:
     if options.get("ipv6-cidr"):
         config.update(EnableIPv6=True, IPv6Network=options["ipv6-cidr"],
                       IPv6SubnetLen=options.get("ipv6-subnet-len", 64))
+    if options.get("enable-nftables"):
+        config["EnableNFTables"] = True
     return config
 
 

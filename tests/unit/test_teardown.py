@@ -238,10 +238,11 @@ def test_without_a_record_to_trust_the_stop_removes_no_file_and_names_them(tmp_p
     (ctx.record.directory / "record.json").unlink()
     damaged = f"Install record {ctx.record.directory / 'record.json'} is missing"
     ctx.state.set_problem(Problem.RECORD, damaged)
+    written = [p for p in ctx.paths.written_files if p.exists()]
     out = teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
-    for path in ctx.paths.written_files:
+    for path in written:
         assert path.exists(), path
-    left = ", ".join(str(p) for p in ctx.paths.written_files)
+    left = ", ".join(map(str, written))
     assert (out.status.state, out.status.message) == (
         "blocked", f"Flannel stopped; {damaged}: left {left}")
     assert not ctx.paths.subnet_env.exists()      # flanneld's, not a file flannel wrote

@@ -273,6 +273,19 @@ class InstallRecord:
         except OSError:
             return False
 
+    def remove(self, path: Path | str) -> RemovalReport:
+        """Undo one install (as remove_all() does it for each file) and
+        forget the path: a file the charm writes only while an option asks
+        for it."""
+        report = RemovalReport()
+        key = str(_absolute(path))
+        entry = self._files.get(key)
+        if entry is not None:
+            self._undo_file(Path(key), entry, report)
+            del self._files[key]
+            self._save()
+        return report
+
     def remove_all(self, keep_directories: Iterable[Path | str] = ()) -> RemovalReport:
         """Undo every install: remove or restore each recorded file that is
         still as the charm left it, then remove the charm's empty directories

@@ -43,6 +43,10 @@ class Machine:
     def has(self, command: str) -> bool:
         return self._which(command) is not None
 
+    def which(self, command: str) -> Optional[str]:
+        """The command's absolute path, or None."""
+        return self._which(command)
+
     def flanneld_version(self, binary) -> Optional[str]:
         """The version `flanneld -version` prints (to stderr), or None."""
         from ..facts.flanneld import version_in

@@ -1,4 +1,5 @@
-"""Rendering of flannel.service and 10-flannel.conflist from templates/:
+"""Rendering of flannel.service, 10-flannel.conflist and the checksum
+offload udev rule from templates/:
 the only module that imports jinja2 (a hook renders only when what a file
 says changed).
 
@@ -21,6 +22,7 @@ from ..facts.etcd_keys import DEFAULT_PREFIX
 
 SERVICE_TEMPLATE = "flannel.service"
 CONFLIST_TEMPLATE = paths.CNI_CONF_NAME
+OFFLOAD_UDEV_TEMPLATE = paths.OFFLOAD_UDEV_RULE_NAME
 DEFAULT_SUBNET_FILE = str(paths.Paths().subnet_env)  # also the flannel CNI plugin's default
 
 
@@ -85,3 +87,10 @@ def render_conflist(
         subnet_file=subnet_file if subnet_file != DEFAULT_SUBNET_FILE else "",
         network_name=network_name,
     )
+
+
+def render_offload_udev_rule(templates_dir: str | os.PathLike[str], *, ethtool: str,
+                             feature: str) -> str:
+    """The udev rule that turns `feature` off on each vxlan device flanneld
+    adds (`ethtool`: its absolute path; udev's RUN wants one)."""
+    return _render(templates_dir, OFFLOAD_UDEV_TEMPLATE, ethtool=ethtool, feature=feature)

@@ -25,6 +25,8 @@ CNI_CONF_MODE = 0o644
 ETCD_CA_NAME = "client-ca.pem"
 ETCD_CERT_NAME = "client-cert.pem"
 ETCD_KEY_NAME = "client-key.pem"
+OFFLOAD_UDEV_RULE_NAME = "90-flannel-vxlan-checksum.rules"
+UDEV_RULE_MODE = 0o644
 
 
 class _Below:
@@ -51,6 +53,8 @@ class Paths:
     host_local_tables: Path = Path("/var/lib/cni/networks")
     # where `ip` finds links (a stat tells whether there is a bridge)
     sys_class_net: Path = Path("/sys/class/net")
+    # udev turns checksum offload off on a vxlan device flanneld makes anew
+    udev_rules_dir: Path = Path("/etc/udev/rules.d")
 
     @classmethod
     def under(cls, root: os.PathLike) -> "Paths":
@@ -63,13 +67,14 @@ class Paths:
     etcd_ca = _Below("etcd_tls_dir", ETCD_CA_NAME)
     etcd_cert = _Below("etcd_tls_dir", ETCD_CERT_NAME)
     etcd_key = _Below("etcd_tls_dir", ETCD_KEY_NAME)
+    offload_udev_rule = _Below("udev_rules_dir", OFFLOAD_UDEV_RULE_NAME)
 
     @property
     def written_files(self) -> tuple[Path, ...]:
         """Every file the charm writes (through its install record): what a
         stop that cannot trust its record names as left in place."""
         return (self.flanneld, self.cni_plugin, self.etcd_ca, self.etcd_cert, self.etcd_key,
-                self.service_file, self.cni_conflist)
+                self.service_file, self.cni_conflist, self.offload_udev_rule)
 
     @property
     def runtime_directories(self) -> tuple[Path, ...]:

@@ -4,10 +4,11 @@
 On some NICs and with NAT in the path, vxlan packets leave with bad UDP
 checksums (flannel issues 1279 and 1282; flannel leaves the fix to the
 operator). flanneld makes its devices anew when it restarts, after a
-device is deleted and after a reboot, always with offload on: every hook
-(update-status at the latest, Juju's start hook after a reboot) looks
-again. Turning the option off puts offload back on the devices the charm
-turned it off on, and on those only.
+device is deleted and after a reboot, always with offload on: a udev rule
+of the charm's turns it off as the device appears (where udev runs), and
+every hook (update-status at the latest) looks again. Turning the option
+off removes the rule and puts offload back on the devices the charm turned
+it off on, and on those only.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import subprocess
 
 from ..adapters import vxlan
 from ..facts import commands
+from ..facts.digest import digest
+from ..facts.paths import OFFLOAD_UDEV_RULE_NAME, UDEV_RULE_MODE
 from ..facts.status import Problem
 from .context import HookContext
 from .outcome import Outcome
@@ -31,6 +34,10 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     out.found(Problem.OFFLOAD, problem)
     if problem:
         return out
+    try:
+        keep_udev_rule(ctx, wanted_off)
+    except OSError as error:
+        out.say(f"Could not write or remove {ctx.paths.offload_udev_rule}: {error}", True)
     devices = [name for name in (confirmed.vxlan_link, confirmed.vxlan_v6_link)
                if name and (ctx.paths.sys_class_net / name).exists()]
     try:
@@ -51,3 +58,24 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
         out.say(f"Could not set checksum offload on flanneld's vxlan devices: {error}", True)
     ctx.state.tx_checksum_turned_off = sorted(turned) or None
     return out
+
+
+def keep_udev_rule(ctx: HookContext, wanted: bool) -> None:
+    """The udev rule there while offload is to be off (rendered again when
+    its template or ethtool's path changed, or someone edited it), gone
+    otherwise."""
+    path, record, state = ctx.paths.offload_udev_rule, ctx.record, ctx.state
+    if not wanted:
+        if record.is_recorded(path):
+            record.remove(path)
+        state.offload_udev_rule_inputs = None
+        return
+    ethtool = ctx.machine.which("ethtool") or "/usr/sbin/ethtool"
+    inputs = digest(ethtool, ctx.template_digest(OFFLOAD_UDEV_RULE_NAME))
+    if state.offload_udev_rule_inputs == inputs and record.holds(path):
+        return
+    from ..adapters import render   # jinja2 only when the rule is written
+    rule = render.render_offload_udev_rule(ctx.templates, ethtool=ethtool,
+                                           feature=vxlan.TX_CHECKSUM_FEATURE)
+    record.install(path, rule.encode(), UDEV_RULE_MODE, sole=True)
+    state.offload_udev_rule_inputs = inputs

@@ -102,6 +102,9 @@ class UnitState:
         "flannel.tx-checksum-turned-off",
         "flanneld's vxlan devices on which the charm turned transmit checksum offload off: "
         "turning disable-vxlan-tx-checksumming off turns it back on on these only.")
+    offload_udev_rule_inputs = _Key(
+        "flannel.offload-udev-rule-inputs",
+        "Digest of what the checksum offload udev rule was last rendered from.")
 
     def __init__(self, kv):
         self.kv = kv
