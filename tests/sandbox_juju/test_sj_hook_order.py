@@ -146,13 +146,17 @@ def test_container_scope_pairs_units_on_the_same_machine(cluster):
     ctl.settle()
     assert ctl.units("flannel") == ["flannel/0", "flannel/1"]
     m = ctl.model()
-    assert m.unit("flannel/0")["principal"] == "kubernetes-worker/0"
-    assert m.unit("flannel/1")["principal"] == "kubernetes-worker/1"
-    assert m.unit("flannel/1")["machine"] == m1
+    # which principal gets flannel/0 is the order they entered scope (the
+    # seeded hook order), as in Juju: each is paired with the one beside it
+    pairs = {m.unit(sub)["principal"]: sub for sub in ctl.units("flannel")}
+    assert sorted(pairs) == ["kubernetes-worker/0", "kubernetes-worker/1"]
+    for principal, sub in pairs.items():
+        assert m.unit(sub)["machine"] == m.unit(principal)["machine"]
+    assert m.unit(pairs["kubernetes-worker/1"])["machine"] == m1
     cni = m.relation(ctl.relation_id("flannel:cni", "kubernetes-worker:cni"))
-    assert cni["members"]["flannel/0"] == ["kubernetes-worker/0"]
-    assert cni["members"]["flannel/1"] == ["kubernetes-worker/1"]
-    assert cni["members"]["kubernetes-worker/1"] == ["flannel/1"]
+    for principal, sub in pairs.items():
+        assert cni["members"][sub] == [principal]
+        assert cni["members"][principal] == [sub]
     etcd = m.relation(ctl.relation_id("flannel:etcd", "etcd:db"))
     # what relation-list prints (sorted, as Juju's relation cache does); the
     # members joined in whatever order the two machines' hooks ran
