@@ -22,7 +22,8 @@ from sandbox.waiting import wait_for
 # Every path the charm installs on a unit (docs/reference/unit-paths.md).
 CHARM_PATHS = ("/usr/local/bin/flanneld", "/opt/cni/bin/flannel",
                "/etc/cni/net.d/10-flannel.conflist", "/lib/systemd/system/flannel.service",
-               "/etc/ssl/flannel", "/etc/udev/rules.d/90-flannel-vxlan-checksum.rules")
+               "/etc/ssl/flannel", "/etc/udev/rules.d/90-flannel-vxlan-checksum.rules",
+               "/etc/modules-load.d/flannel.conf")
 # libcni's error when a plugin a conflist needs is not in CNI_PATH.
 MISSING_PLUGIN = re.compile(r'failed to find plugin "([^"]+)" in path \[/opt/cni/bin\]')
 # containerd's own words for it (the bug report's), on a CRI pod sandbox.

@@ -55,12 +55,17 @@ class Link:
 
 class FakeMachine(Machine):
     def __init__(self, address: str = "172.31.254.11/24", address6: Optional[str] = None,
-                 sys_class_net: Optional[Path] = None):
+                 sys_class_net: Optional[Path] = None, proc_sys_net_bridge: Optional[Path] = None):
         super().__init__(runner=self._answer, which=lambda command: (
             None if command in self.missing else f"/usr/sbin/{command}"))
         self.missing: set[str] = set()   # commands this machine lacks
         # where the kernel lists links (the charm stats it before asking `ip`)
         self.sys_class_net = sys_class_net
+        # br_netfilter's sysctls, there while the module is loaded (it is, at first)
+        self.proc_sys_net_bridge = proc_sys_net_bridge
+        self.modules_available = {"br_netfilter"}
+        if proc_sys_net_bridge is not None:
+            self._modprobe(["br_netfilter"])
         self.links: dict[str, Link] = {
             "lo": Link("lo", kind="", mtu=65536, addresses=["127.0.0.1/8", "::1/128"],
                        loopback=True),
@@ -191,6 +196,21 @@ class FakeMachine(Machine):
 
     def _ip6tables(self, args):
         return self._iptables(args, "ip6tables")
+
+    def unload_br_netfilter(self) -> None:
+        for sysctl in self.proc_sys_net_bridge.iterdir():
+            sysctl.unlink()
+
+    def _modprobe(self, args):
+        """modprobe MODULE: br_netfilter's sysctls appear, if it is available"""
+        if args[0] not in self.modules_available:
+            raise _Refused(1, f"modprobe: FATAL: Module {args[0]} not found in directory "
+                              "/lib/modules/6.8.0-49-generic")
+        if args[0] == "br_netfilter":
+            self.proc_sys_net_bridge.mkdir(parents=True, exist_ok=True)
+            for name in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables"):
+                (self.proc_sys_net_bridge / name).write_text("1\n")
+        return ""
 
     def _nft(self, args):
         """list tables | delete table FAMILY NAME"""

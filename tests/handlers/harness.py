@@ -101,7 +101,8 @@ class Unit:
         self.charm = charm_dir(root)
         self.juju = FakeJuju("flannel/0", defaults())
         self.juju.resources["flannel-amd64"] = str(resource(root))
-        self.machine = FakeMachine(sys_class_net=self.paths.sys_class_net)
+        self.machine = FakeMachine(sys_class_net=self.paths.sys_class_net,
+                                   proc_sys_net_bridge=self.paths.proc_sys_net_bridge)
         self.etcd_server, self.pki = etcd, pki
         self.now = 1_000_000.0
         (self.paths.cni_bin_dir).mkdir(parents=True)

@@ -151,3 +151,37 @@ def test_host_gw_needs_no_ethtool(unit):
     configure(unit, backend="host-gw")
     deployed_with_rules(unit)
     assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+# -- br_netfilter ---------------------------------------------------------------------------
+
+def test_br_netfilter_is_listed_for_every_boot_and_goes_with_flannel(unit):
+    deployed_with_rules(unit)
+    assert unit.paths.modules_load_file.read_text().splitlines()[-1] == "br_netfilter"
+    unit.hook("stop")
+    assert not unit.paths.modules_load_file.exists()
+    # the module stays loaded: kube-proxy and the next CNI need it too
+    assert (unit.paths.proc_sys_net_bridge / "bridge-nf-call-iptables").exists()
+
+
+def test_a_machine_without_br_netfilter_gets_it_loaded_before_flanneld_starts(unit):
+    unit.machine.unload_br_netfilter()
+    deployed_with_rules(unit)
+    assert ["modprobe", "br_netfilter"] in unit.machine.calls
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_a_kernel_without_br_netfilter_blocks_naming_it_and_clears_once_loaded(unit):
+    unit.machine.unload_br_netfilter()
+    unit.machine.modules_available.clear()
+    deployed_with_rules(unit)
+    assert unit.status == (
+        "blocked", "flanneld needs the br_netfilter kernel module ("
+        f"{unit.paths.proc_sys_net_bridge}/bridge-nf-call-iptables is missing) and modprobe "
+        "br_netfilter failed: modprobe: FATAL: Module br_netfilter not found in directory "
+        "/lib/modules/6.8.0-49-generic; load it on this machine")
+    assert unit.machine.started() == 0
+    unit.machine.modules_available.add("br_netfilter")   # a kernel with it
+    unit.hook("update-status")
+    assert unit.machine.started() == 1
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")

@@ -104,7 +104,7 @@ def test_the_problems_the_previous_revision_recorded_are_read_after_a_refresh(tm
                 "ipv6": Problem.IPV6, "etcd": Problem.ETCD, "bridge": Problem.BRIDGE,
                 "bridge-stale": Problem.BRIDGE_STALE}
     # problems this revision added, which no earlier one recorded
-    added = {Problem.COMMANDS, Problem.OFFLOAD}
+    added = {Problem.COMMANDS, Problem.KERNEL, Problem.OFFLOAD}
     assert set(previous.values()) | added == set(RECORDED)
     s = state(tmp_path)
     for area in previous:

@@ -26,6 +26,8 @@ ETCD_CA_NAME = "client-ca.pem"
 ETCD_CERT_NAME = "client-cert.pem"
 ETCD_KEY_NAME = "client-key.pem"
 OFFLOAD_UDEV_RULE_NAME = "90-flannel-vxlan-checksum.rules"
+MODULES_LOAD_NAME = "flannel.conf"
+MODULES_LOAD_MODE = 0o644
 UDEV_RULE_MODE = 0o644
 
 
@@ -55,6 +57,10 @@ class Paths:
     sys_class_net: Path = Path("/sys/class/net")
     # udev turns checksum offload off on a vxlan device flanneld makes anew
     udev_rules_dir: Path = Path("/etc/udev/rules.d")
+    # the kernel modules systemd loads at boot (br_netfilter for flanneld)
+    modules_load_dir: Path = Path("/etc/modules-load.d")
+    # br_netfilter's sysctls: there only while the module is loaded
+    proc_sys_net_bridge: Path = Path("/proc/sys/net/bridge")
 
     @classmethod
     def under(cls, root: os.PathLike) -> "Paths":
@@ -68,13 +74,15 @@ class Paths:
     etcd_cert = _Below("etcd_tls_dir", ETCD_CERT_NAME)
     etcd_key = _Below("etcd_tls_dir", ETCD_KEY_NAME)
     offload_udev_rule = _Below("udev_rules_dir", OFFLOAD_UDEV_RULE_NAME)
+    modules_load_file = _Below("modules_load_dir", MODULES_LOAD_NAME)
 
     @property
     def written_files(self) -> tuple[Path, ...]:
         """Every file the charm writes (through its install record): what a
         stop that cannot trust its record names as left in place."""
         return (self.flanneld, self.cni_plugin, self.etcd_ca, self.etcd_cert, self.etcd_key,
-                self.service_file, self.cni_conflist, self.offload_udev_rule)
+                self.service_file, self.cni_conflist, self.offload_udev_rule,
+                self.modules_load_file)
 
     @property
     def runtime_directories(self) -> tuple[Path, ...]:

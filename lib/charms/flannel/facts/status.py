@@ -43,6 +43,7 @@ class Problem(Enum):
     IFACE = ("iface", BLOCKED, 44)              # an interface flanneld cannot use
     IPV6 = ("ipv6", BLOCKED, 45)                # no global IPv6 address to send from
     COMMANDS = ("commands", BLOCKED, 46)        # no nft, iptables or ip6tables for flanneld
+    KERNEL = ("kernel", BLOCKED, 47)            # br_netfilter not loaded, and modprobe failed
     NO_ETCD = ("no-etcd", BLOCKED, 50)
     ETCD_CREDENTIALS = ("etcd-credentials", WAITING, 60)
     ETCD = ("etcd", WAITING, 61)                # away, refusing, or publishing garbage
@@ -72,7 +73,8 @@ class Problem(Enum):
 # The problems a step records between hooks (a hook that skips the step
 # still shows it); the others are seen afresh by every hook.
 RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem.NETWORK,
-            Problem.IFACE, Problem.IPV6, Problem.COMMANDS, Problem.ETCD, Problem.BRIDGE,
+            Problem.IFACE, Problem.IPV6, Problem.COMMANDS, Problem.KERNEL, Problem.ETCD,
+            Problem.BRIDGE,
             Problem.BRIDGE_STALE, Problem.OFFLOAD)
 
 
