@@ -14,7 +14,7 @@ import stepkit
 from charms.flannel.adapters import links, vxlan
 from charms.flannel.facts.flanneld import of_the_v2_era
 from charms.flannel.facts.host_network import binding_interface
-from charms.flannel.facts.netconfig import NetworkConfig, vxlan_v6_device_mtu
+from charms.flannel.facts.netconfig import NetworkConfig
 from charms.flannel.steps.flanneld import forget_old_network
 
 
@@ -294,16 +294,6 @@ def test_a_dual_stack_node_on_its_network_touches_nothing(node, ctx):
     assert not forget_old_network(ctx, network(ipv6="fd10:1::/56"), 1500)
     assert node.addresses() == ["10.3.7.1/24", "fd10:1:0:5::1/64"]
     assert {"flannel.1", "flannel-v6.1"} <= set(node.links()) and env.exists()
-
-
-@pytest.mark.parametrize("pod_mtu, underlay, v6_device", [
-    (1450, 1500, 1430),   # mtu 0: both at the interface's limit
-    (1350, 1500, 1350),   # mtu 1400: under the limit, the pods' MTU
-    (1450, None, 1430),   # interface unknown: 20 bytes less
-    (None, 1500, None),   # pods' MTU unknown: not compared
-])
-def test_the_ipv6_vxlan_device_mtu_flanneld_gets(pod_mtu, underlay, v6_device):
-    assert vxlan_v6_device_mtu(pod_mtu, underlay) == v6_device
 
 
 def test_a_dual_stack_config_keeps_both_devices_at_their_own_mtus():

@@ -36,9 +36,9 @@ def rules_command_problem(options: NetworkOptions, has: Has) -> Optional[str]:
     return None
 
 
-def offload_command_problem(options: NetworkOptions, has: Has) -> Optional[str]:
+def offload_command_problem(has: Has) -> Optional[str]:
     """Why the charm cannot turn vxlan checksum offload off here, or None."""
-    if options.tx_checksum_off and options.backend == "vxlan" and not has("ethtool"):
+    if not has("ethtool"):
         return ("disable-vxlan-tx-checksumming needs ethtool, which this machine lacks: "
                 "install ethtool, or set disable-vxlan-tx-checksumming to false")
     return None

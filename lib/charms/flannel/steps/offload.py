@@ -30,7 +30,7 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
         return out   # blocked on an option, or flanneld not started yet: as it is
     turned = set(ctx.state.tx_checksum_turned_off or ())
     wanted_off = options.tx_checksum_off and confirmed.vxlan
-    problem = commands.offload_command_problem(options, ctx.machine.has) if wanted_off else None
+    problem = commands.offload_command_problem(ctx.machine.has) if wanted_off else None
     out.found(Problem.OFFLOAD, problem)
     if problem:
         return out
