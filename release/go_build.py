@@ -26,11 +26,16 @@ run time from the unit's own, possibly different, glibc. A binary that comes
 out with an ELF interpreter (PT_INTERP) is rejected (BuildFailed).
 
 Code from before Go modules is built from the proxy's module zips in GOPATH
-mode instead (GoBinary.gopath_sources).
+mode instead (GoBinary.gopath_sources). A module that does not build with
+``go install`` (its go.mod has replace directives, or one of its
+dependencies is refused by the proxy) is built from a wrapper module kept in
+the repository (GoBinary.module_dir), whose go.mod names it as a tool and
+pins or replaces what it needs.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -70,6 +75,9 @@ class GoBinary:
     # after `prepare(main package dir)`; empty for a `go install` build.
     gopath_sources: tuple = ()
     prepare: object = None
+    # A wrapper module (a directory with go.mod, go.sum and any local
+    # replacements) in which `go build PACKAGE` runs; empty: `go install`.
+    module_dir: str = ""
 
     # the file name `go install` gives the binary (the package's last element)
     output: str = ""
@@ -107,7 +115,18 @@ def _stamp(binary: GoBinary, arch: str) -> str:
              "tags": list(binary.tags(arch)), "link": LINK_MODE, "arch": arch}
     if binary.gopath_sources:
         stamp["sources"] = list(binary.gopath_sources)
+    if binary.module_dir:
+        stamp["module"] = _tree_digest(Path(binary.module_dir))
     return json.dumps(stamp, sort_keys=True)
+
+
+def _tree_digest(root: Path) -> str:
+    """sha256 over a wrapper module's files (names and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(root)}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 _PT_INTERP = 3
@@ -226,6 +245,8 @@ def _go_install(binary: GoBinary, arch: str, progress) -> Path:
     stamp_file.unlink(missing_ok=True)
     if binary.gopath_sources:
         proc = _gopath_build(binary, arch, env, built)
+    elif binary.module_dir:
+        proc = _wrapper_build(binary, arch, env, built)
     else:
         cmd = ["go", "install", "-trimpath", f"-ldflags={binary.link_ldflags(arch)}"]
         if binary.tags(arch):
@@ -233,7 +254,8 @@ def _go_install(binary: GoBinary, arch: str, progress) -> Path:
         cmd.append(f"{binary.package}@{binary.version}")
         proc = subprocess.run(cmd, env=env, cwd=str(gopath), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
-    how = "a GOPATH build of" if binary.gopath_sources else "go install"
+    how = ("a GOPATH build of" if binary.gopath_sources
+           else "a wrapper module build of" if binary.module_dir else "go install")
     if proc.returncode != 0 or not built.is_file():
         raise BuildFailed(
             f"{how} {binary.package}@{binary.version} for {arch} failed "
@@ -282,3 +304,21 @@ def _gopath_build(binary: GoBinary, arch: str, env: dict,
                           stderr=subprocess.STDOUT, text=True)
     proc.stdout = "\n".join(log) + "\n" + proc.stdout
     return proc
+
+
+def _wrapper_build(binary: GoBinary, arch: str, env: dict,
+                   built: Path) -> subprocess.CompletedProcess:
+    """`go build PACKAGE` in a copy of the wrapper module binary.module_dir
+    (the copy keeps the repository untouched; -mod=readonly refuses a go.mod
+    or go.sum that does not already say everything)."""
+    src = Path(env["GOPATH"]) / "src" / "wrapper"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(binary.module_dir, src)
+    cmd = ["go", "build", "-mod=readonly", "-trimpath",
+           f"-ldflags={binary.link_ldflags(arch)}"]
+    if binary.tags(arch):
+        cmd.append(f"-tags={','.join(binary.tags(arch))}")
+    cmd += ["-o", str(built), binary.package]
+    built.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(cmd, env=env, cwd=str(src), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)

@@ -24,11 +24,17 @@ from pathlib import Path
 
 from .go_build import ARCHES, BuildFailed, GoBinary, build, cache_root, host_arch, log
 
-# flanneld: v0.27.4 is the newest flannel that builds from the module proxy.
-# v0.28.x import tencentcloud-sdk-go/tencentcloud/vpc@v1.3.188, whose zip the
-# proxy refuses (403 "This module version is not available").
+# flanneld v0.28.10: its tencent-vpc backend imports
+# tencentcloud-sdk-go/tencentcloud/vpc, whose zip the proxy refuses (403), so
+# it is built from the wrapper module release/flanneld, which replaces that
+# one package by a stub whose calls fail (the charm refuses that backend).
+# v0.28.x fixes what v0.27.4 meets in etcd mode (facts/flanneld.py).
 FLANNEL_MODULE = "github.com/flannel-io/flannel"
-FLANNEL_VERSION = "v0.27.4"
+FLANNEL_VERSION = "v0.28.10"
+FLANNEL_WRAPPER = Path(__file__).parent / "flanneld"
+# v0.27.4, the flanneld of this charm's earlier resources, builds with `go
+# install`: the sandbox attaches it to show a unit on an older resource.
+FLANNEL_PREVIOUS_VERSION = "v0.27.4"
 # The flannel CNI plugin: the dedicated module github.com/flannel-io/cni-plugin
 # is refused by the proxy at every version, so the same plugin is built from
 # its previous home, containernetworking/plugins, where it lived until v1.0.0.
@@ -38,10 +44,17 @@ CNI_PLUGIN_PACKAGE = "github.com/containernetworking/plugins/plugins/meta/flanne
 CNI_PLUGIN_VERSION = "v0.9.1"
 TARBALL_MEMBERS = ("flanneld", "cni-plugin/flannel")
 
-FLANNELD = GoBinary(
-    "flanneld", FLANNEL_MODULE, FLANNEL_VERSION, output="flannel", cgo_on=("amd64",),
-    # so that `flanneld -version` prints the real version instead of "dev"
-    ldflags=f"-s -w -X {FLANNEL_MODULE}/pkg/version.Version={FLANNEL_VERSION}")
+
+def _flanneld(version: str, module_dir: str = "") -> GoBinary:
+    return GoBinary(
+        "flanneld", FLANNEL_MODULE, version, output="flannel", cgo_on=("amd64",),
+        module_dir=module_dir,
+        # so that `flanneld -version` prints the real version instead of "dev"
+        ldflags=f"-s -w -X {FLANNEL_MODULE}/pkg/version.Version={version}")
+
+
+FLANNELD = _flanneld(FLANNEL_VERSION, str(FLANNEL_WRAPPER))
+FLANNELD_PREVIOUS = _flanneld(FLANNEL_PREVIOUS_VERSION)
 CNI_PLUGIN = GoBinary("flannel", CNI_PLUGIN_PACKAGE, CNI_PLUGIN_VERSION, output="flannel")
 
 
@@ -64,11 +77,12 @@ def _add_dir(tar: tarfile.TarFile, name: str) -> None:
     tar.addfile(info)
 
 
-def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None) -> Path:
+def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None,
+                   flanneld_binary: GoBinary = FLANNELD) -> Path:
     """Build (or reuse) flanneld and the flannel CNI plugin for `arch` and pack
     them into `out_dir/flannel-<arch>.tar.gz`, reproducibly (fixed mtimes and
     owners, so the same binaries always give the same bytes)."""
-    flanneld = build(FLANNELD, arch, progress)
+    flanneld = build(flanneld_binary, arch, progress)
     plugin = build(CNI_PLUGIN, arch, progress)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -78,7 +92,8 @@ def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None
     for path in (flanneld, plugin):
         st = path.stat()
         key.update(f"{path}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    packed = cache_root() / "resources" / f"flannel-{arch}-{key.hexdigest()[:16]}.tar.gz"
+    stem = f"flannel-{arch}-{flanneld_binary.version}"
+    packed = cache_root() / "resources" / f"{stem}-{key.hexdigest()[:16]}.tar.gz"
     if not packed.is_file():
         buf = io.BytesIO()
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=6) as gz:
@@ -87,7 +102,7 @@ def build_resource(arch: str = "amd64", out_dir: Path | str = ".", progress=None
                 _add_dir(tar, "cni-plugin")
                 _add_member(tar, "cni-plugin/flannel", plugin.read_bytes(), 0o755)
         packed.parent.mkdir(parents=True, exist_ok=True)
-        for old in packed.parent.glob(f"flannel-{arch}-*.tar.gz"):
+        for old in packed.parent.glob(f"{stem}-*.tar.gz"):
             old.unlink()
         tmp = packed.with_name(packed.name + ".tmp")
         tmp.write_bytes(buf.getvalue())

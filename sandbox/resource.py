@@ -9,10 +9,12 @@ are release/go_build.py's.
 API::
 
     build_resource(arch="amd64", out_dir=Path) -> Path   # out_dir/flannel-<arch>.tar.gz
+    previous_resource(out_dir=Path) -> Path              # the same, flanneld v0.27.4
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
     crictl_path() -> Path                                # host-arch crictl, built if missing
     binary_path(name, arch="amd64") -> Path
-        # "flanneld" | "flannel" | "cnitool" | "crictl" | "actionlint" | "flanneld-v0.11.0"
+        # "flanneld" | "flanneld-previous" | "flannel" | "cnitool" | "crictl" | "actionlint"
+        # | "flanneld-v0.11.0"
     host_arch() -> str                                   # "amd64" | "arm64" | "s390x"
     elf_interpreter(path) -> str | None                  # PT_INTERP of an ELF file; None: static
     ARCHES                                               # ("amd64", "arm64", "s390x")
@@ -34,8 +36,9 @@ from pathlib import Path
 
 from release.go_build import (ARCHES, BuildFailed, GoBinary, build, cache_root,  # noqa: F401
                               cached, elf_interpreter, host_arch)
-from release.resource import (CNI_PLUGIN, FLANNEL_VERSION, FLANNELD,  # noqa: F401
-                              TARBALL_MEMBERS, build_resource)
+from release.resource import (CNI_PLUGIN, FLANNEL_PREVIOUS_VERSION, FLANNEL_VERSION,  # noqa: F401
+                              FLANNEL_WRAPPER,
+                              FLANNELD, FLANNELD_PREVIOUS, TARBALL_MEMBERS, build_resource)
 from sandbox import flanneld_v011
 
 # cnitool: libcni's runtime CLI; v1.3.0 is the newest cni release.
@@ -51,6 +54,8 @@ ACTIONLINT_VERSION = "v1.7.12"
 
 BINARIES = {
     "flanneld": FLANNELD,
+    # the flanneld of this charm's earlier resources, for a unit on one
+    "flanneld-previous": FLANNELD_PREVIOUS,
     "flannel": CNI_PLUGIN,
     "cnitool": GoBinary("cnitool", CNITOOL_PACKAGE, CNITOOL_VERSION, output="cnitool"),
     "crictl": GoBinary(
@@ -76,6 +81,12 @@ def binary_path(name: str, arch: str = "amd64", progress=None) -> Path:
     return build(BINARIES[name], arch, progress)
 
 
+def previous_resource(out_dir: Path, progress=None) -> Path:
+    """The host-arch resource as this charm shipped it before: flanneld
+    FLANNEL_PREVIOUS_VERSION and the same CNI plugin."""
+    return build_resource(host_arch(), out_dir, progress, flanneld_binary=FLANNELD_PREVIOUS)
+
+
 def cnitool_path(progress=None) -> Path:
     """The host-arch cnitool, built into the cache if missing."""
     return binary_path("cnitool", host_arch(), progress)
@@ -86,8 +97,8 @@ def crictl_path(progress=None) -> Path:
     return binary_path("crictl", host_arch(), progress)
 
 
-HOST_TOOLS = ("flanneld", "crictl", "flanneld-v0.11.0", "actionlint", "flannel",
-              "cnitool")  # longest first
+HOST_TOOLS = ("flanneld", "flanneld-previous", "crictl", "flanneld-v0.11.0", "actionlint",
+              "flannel", "cnitool")  # longest first
 
 
 def build_host_tools(progress, start: float) -> int:

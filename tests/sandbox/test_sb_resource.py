@@ -40,7 +40,9 @@ def _elf_program_headers(data: bytes) -> tuple[int, list[int]]:
 
 def test_host_arch_and_pins():
     assert resource.host_arch() in resource.ARCHES
-    assert resource.FLANNEL_VERSION == "v0.27.4"
+    # flanneld v0.28.9 is the first with /readyz and without the compaction loop
+    version = tuple(int(n) for n in resource.FLANNEL_VERSION.lstrip("v").split("."))
+    assert version >= (0, 28, 9)
     assert resource.BINARIES["flanneld"].cgo("amd64")
     assert not resource.BINARIES["flanneld"].cgo("arm64")
     assert not resource.BINARIES["flannel"].cgo("amd64")
@@ -98,6 +100,33 @@ def test_tarball_members_modes_and_version(resource_tarball, tmp_path):
     out = subprocess.run([tmp_path / "cni-plugin" / "flannel"], capture_output=True, text=True,
                          env={"CNI_COMMAND": "VERSION"})
     assert "0.3.1" in out.stdout
+
+
+def test_the_wrapper_module_pins_the_released_flannel():
+    """release/flanneld's go.mod builds the version the resource names, with
+    only the refused Tencent SDK package replaced, and its stub compiles the
+    way flannel's tencent-vpc backend calls it."""
+    wrapper = resource.FLANNEL_WRAPPER
+    go_mod = (wrapper / "go.mod").read_text()
+    assert f"github.com/flannel-io/flannel {resource.FLANNEL_VERSION}" in go_mod
+    assert "tool github.com/flannel-io/flannel" in go_mod
+    replaces = [line for line in go_mod.splitlines() if line.startswith("replace")]
+    assert replaces == ["replace github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/vpc"
+                        " => ./tencentvpc-stub"]
+    assert resource.BINARIES["flanneld"].module_dir == str(wrapper)
+    # the previous resource's flanneld still builds with a plain go install
+    assert resource.BINARIES["flanneld-previous"].version == resource.FLANNEL_PREVIOUS_VERSION
+    assert not resource.BINARIES["flanneld-previous"].module_dir
+
+
+@pytest.mark.gobuild
+def test_the_previous_resource_holds_the_previous_flanneld(sandbox_host, tmp_path):
+    tarball = resource.previous_resource(tmp_path / "out")
+    with tarfile.open(tarball, "r:gz") as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    out = subprocess.run([tmp_path / "x" / "flanneld", "-version"], capture_output=True,
+                         text=True, timeout=60)
+    assert (out.stdout + out.stderr).strip() == resource.FLANNEL_PREVIOUS_VERSION
 
 
 @pytest.mark.gobuild
