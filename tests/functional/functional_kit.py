@@ -270,6 +270,7 @@ class StatusWatch:
 
 # The Nagios check the charm writes for nrpe.
 CHECK_FILE = "/etc/nagios/nrpe.d/check_flannel.cfg"
+READY_CHECK_FILE = "/etc/nagios/nrpe.d/check_flannel-ready.cfg"
 
 
 class NrpeApp(EmulatedApp):

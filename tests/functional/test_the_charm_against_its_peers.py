@@ -11,7 +11,7 @@ import json
 
 import pytest
 import yaml
-from functional_kit import CHECK_FILE, NrpeApp, deploy_and_wait
+from functional_kit import CHECK_FILE, READY_CHECK_FILE, NrpeApp, deploy_and_wait
 
 from sandbox.cluster import CNI_RELATION, NETWORK_PREFIX
 
@@ -60,9 +60,10 @@ def leases(cluster) -> list[str]:
 
 def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_changes(
         cluster):
-    """The check for flanneld is written and published when nrpe is related,
-    works, and goes with the relation; it is written and published again
-    only when a nagios option changes. The charm at af418f6 rewrote it and
+    """The checks for flanneld (running; ready, asking its /readyz) are
+    written and published when nrpe is related, work, and go with the
+    relation; they are written and published again only when a nagios
+    option changes. The charm at af418f6 rewrote it and
     published `monitors` again (relation-set) in every hook, and restarted
     nagios-nrpe-server in every hook but update-status: it failed this test
     on the relation-set calls of config-changed (8 where none is wanted);
@@ -80,9 +81,33 @@ def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_c
     rid = ctl.relation_id("flannel:nrpe-external-master", "nrpe:nrpe-external-master")
     published = yaml.safe_load(ctl.relation_data(rid, unit)["monitors"])
     assert published["monitors"]["remote"]["nrpe"]["flannel"] == {"command": "check_flannel"}
-    # (Whether it goes critical without flanneld can't be shown here: the
-    # sandbox's machines share one PID namespace, so check_procs counts
-    # every machine's flanneld.)
+    # (Whether check_procs goes critical without flanneld can't be shown
+    # here: the sandbox's machines share one PID namespace, so it counts
+    # every machine's flanneld. The readiness check asks the machine's own
+    # loopback.)
+    ready_config = (machine.read_file(READY_CHECK_FILE) or b"").decode()
+    ready = ready_config.split("command[check_flannel-ready]=", 1)[1].split("\n", 1)[0]
+    assert ready.startswith("/usr/lib/nagios/plugins/check_http -I 127.0.0.1 -p 8474 -u /readyz")
+    check = machine.run(ready.split(), check=False)
+    assert check.returncode == 0 and "200 OK" in check.stdout, check.stdout + check.stderr
+    assert published["monitors"]["remote"]["nrpe"]["flannel-ready"] == {
+        "command": "check_flannel-ready"}
+    # A hung flanneld (SIGSTOP: systemd still says active) is not ready: the
+    # check goes critical and the unit is not active until it answers again.
+    [pid] = cluster.flanneld_pids("m1")
+    machine.run(["kill", "-STOP", str(pid)])
+    try:
+        check = machine.run(ready.split(), check=False)
+        assert check.returncode == 2, check.stdout + check.stderr      # CRITICAL
+        idle(cluster)
+        assert cluster.workload(unit) == ("waiting", "flanneld is not ready (127.0.0.1:8474/"
+                                                     "readyz): its rules or subnet.env are not "
+                                                     "in place")
+    finally:
+        machine.run(["kill", "-CONT", str(pid)])
+    idle(cluster)
+    assert cluster.workload(unit)[0] == "active", cluster.workload(unit)
+    assert cluster.flanneld_pids("m1") == [pid]
 
     written = machine.path_on_host(CHECK_FILE).stat().st_mtime_ns
     calls = len(ctl.tool_calls(unit))
@@ -101,6 +126,7 @@ def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_c
     ctl.remove_relation("flannel:nrpe-external-master", "nrpe:nrpe-external-master")
     cluster.settle()
     assert machine.read_file(CHECK_FILE) is None
+    assert machine.read_file(READY_CHECK_FILE) is None
 
 
 def test_a_missing_cni_plugin_is_named_in_the_status_and_clears_itself(cluster):

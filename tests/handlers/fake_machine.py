@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from charms.flannel.adapters.machine import Machine
+from charms.flannel.facts.flanneld import HEALTHZ_IP, HEALTHZ_PORT
 
 
 @dataclass
@@ -82,6 +83,8 @@ class FakeMachine(Machine):
         self.reloads = 0
         self.calls: list[list[str]] = []
         self.on_start: Callable[[], None] = lambda: None   # the fake flanneld
+        # what flanneld's /readyz answers while it runs (None: nothing, a hung flanneld)
+        self.readyz: Optional[int] = 200
 
     # --- what tests set up ---------------------------------------------------------------
     def bridge(self, *addresses: str, ports: int = 0, mtu: int = 1450) -> None:
@@ -99,6 +102,16 @@ class FakeMachine(Machine):
         return sum(1 for call in self.calls if call[:3] == ["systemctl", "start", unit])
 
     # --- the tools --------------------------------------------------------------------------
+    def http_status(self, host: str, port: int, path: str, timeout: float = 1.0
+                    ) -> Optional[int]:
+        """flanneld's health server (the only one the charm asks) while
+        flannel.service runs."""
+        self.calls.append(["GET", f"http://{host}:{port}{path}"])
+        if not self.units.get("flannel", {}).get("active") or (host, port) != (
+                HEALTHZ_IP, HEALTHZ_PORT):
+            return None
+        return self.readyz if path == "/readyz" else 200
+
     def _answer(self, argv: list, *, check: bool, input=None) -> subprocess.CompletedProcess:
         self.calls.append(list(argv))
         if argv[0].startswith("/"):   # a binary of the test's: for real

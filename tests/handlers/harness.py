@@ -50,7 +50,7 @@ from charms.flannel.facts.paths import Paths  # noqa: E402
 from charms.flannel.steps import context as context_module  # noqa: E402
 
 NETWORK = "/coreos.com/network"
-FLANNELD_VERSION = "v0.27.4"
+FLANNELD_VERSION = "v0.28.10"
 FLANNELD_SCRIPT = f"#!/bin/sh\necho 'Flannel version {FLANNELD_VERSION}' >&2\n".encode()
 PLUGIN_SCRIPT = b"#!/bin/sh\nexit 0\n"
 

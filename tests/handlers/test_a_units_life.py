@@ -2,14 +2,14 @@
 the idle hook, removal."""
 import json
 
-from harness import FLANNELD_SCRIPT, NETWORK, deployed
+from harness import FLANNELD_SCRIPT, FLANNELD_VERSION, NETWORK, deployed
 
 
 def test_a_fresh_unit_installs_and_waits_for_etcd(unit):
     unit.hook("install")
     assert "flannel.installed" in unit.flags
     assert unit.status == ("blocked", "Waiting for etcd relation.")
-    assert unit.juju.version == "v0.27.4"
+    assert unit.juju.version == FLANNELD_VERSION
     assert unit.paths.flanneld.read_bytes() == FLANNELD_SCRIPT
 
 

@@ -85,7 +85,7 @@ def test_nftables_mode_still_needs_ip6tables_for_flanneld_to_start(unit):
     unit.machine.missing.add("ip6tables")
     configure(unit, enable_nftables=True)
     deployed_with_rules(unit)
-    assert unit.status == ("blocked", "enable-nftables: flanneld v0.27 still runs ip6tables as "
+    assert unit.status == ("blocked", "enable-nftables: flanneld still runs ip6tables as "
                                       "it starts, and this machine lacks it: install iptables")
     assert unit.machine.started() == 0
 

@@ -74,8 +74,13 @@ def test_own_lease_is_the_lease_subnet_env_names_if_it_is_of_the_confirmed_netwo
 def test_a_node_etcd_knows_is_healthy(etcd, pki, flannels_prefix, netns_machine, tmp_path):
     put(etcd, "config", NETWORK)
     put_lease(etcd, "10.1.52.0/24")
-    seen = look(unit(tmp_path, etcd, pki, machine=netns_machine), etcd.connection_string)
-    assert seen == EtcdHealth(answered=etcd.endpoint)
+    ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
+    seen = look(ctx, etcd.connection_string)
+    assert seen == EtcdHealth(answered=etcd.endpoint, leases=seen.leases)
+    assert seen.leases.subnets == ("10.1.52.0/24",)
+    # the list is remembered: the next look reads only its fingerprint
+    etcd_look.run(ctx, flanneld_started=True)
+    assert ctx.state.lease_list["subnets"] == ["10.1.52.0/24"]
 
 
 def test_an_etcd_rebuilt_empty_asks_for_the_config_and_the_lease_again(etcd, pki,

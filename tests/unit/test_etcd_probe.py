@@ -41,6 +41,41 @@ def test_it_sees_the_config_and_whether_the_lease_is_there(etcd, pki, prefix):
     assert (view.lease, view.subnets) == (None, ())   # not asked: not looked at
 
 
+def test_the_leases_are_listed_again_only_when_the_set_changed(etcd, pki, prefix):
+    """Each look costs the config, this node's lease and one key for the
+    leases' fingerprint, whatever their number; the list comes again only
+    when a lease came, went, or was replaced."""
+    client = etcd_client(etcd)
+    client.put(f"{prefix}/config", json.dumps({"Network": "10.1.0.0/16"}))
+    for third in range(1, 41):
+        client.put(lease_key(f"10.1.{third}.0/24", prefix), "{}")
+
+    def looked(known):
+        return look([etcd.endpoint], *creds(pki), prefix=prefix, lease_of="10.1.1.0/24",
+                    known=known)
+
+    first = looked(None)
+    assert len(first.subnets) == 40 and first.keys_read == 1 + 1 + 1 + 40
+    again = looked(first.leases)
+    assert again.leases == first.leases and again.keys_read == 3
+    # flanneld renewing a lease (a put over the same key) changes nothing
+    client.put(lease_key("10.1.7.0/24", prefix), '{"renewed": true}')
+    assert looked(first.leases).keys_read == 3
+    # a lease gone: the count says so
+    client.delete(lease_key("10.1.7.0/24", prefix))
+    gone = looked(first.leases)
+    assert "10.1.7.0/24" not in gone.subnets and len(gone.subnets) == 39
+    # one gone and another come between two looks: the same count, a newer key
+    client.delete(lease_key("10.1.8.0/24", prefix))
+    client.put(lease_key("10.1.99.0/24", prefix), "{}")
+    replaced = looked(gone.leases)
+    assert "10.1.99.0/24" in replaced.subnets and "10.1.8.0/24" not in replaced.subnets
+    assert replaced.leases.fingerprint[0] == gone.leases.fingerprint[0] == 39
+    # a list from another etcd (rebuilt): listed anew
+    stale = type(first.leases)((40, 10 ** 9), ("10.9.9.0/24",))
+    assert looked(stale).subnets == replaced.subnets
+
+
 def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(etcd, pki, prefix):
     client = etcd_client(etcd)
     client.put(f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64", "{}")

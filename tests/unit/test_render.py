@@ -43,6 +43,9 @@ def test_service_runs_flanneld_against_etcd_with_tls(templates_dir):
         "-etcd-keyfile=/etc/ssl/flannel/client-key.pem",
         "-ip-masq",
         "-subnet-file=/run/flannel/subnet.env",
+        # its health server on loopback only: the charm asks /readyz, not the network
+        "-healthz-ip=127.0.0.1",
+        "-healthz-port=8474",
     ]
 
 
@@ -66,7 +69,7 @@ def test_service_takes_the_relations_connection_string_as_is(templates_dir):
     args = dict(SERVICE_ARGS, endpoints="https://10.0.0.5:2379, https://10.0.0.6:2379,")
     command = exec_start(render_service(templates_dir, iface="", **args))
     assert "-etcd-endpoints=https://10.0.0.5:2379,https://10.0.0.6:2379" in command
-    assert len(command) == 8
+    assert len(command) == 10
 
 
 def test_service_is_a_plain_restarting_unit(templates_dir):

@@ -290,7 +290,7 @@ def test_problems_are_shown_in_the_order_an_operator_acts_on_them():
         Problem.ETCD_CREDENTIALS, Problem.ETCD, Problem.NETWORK_PENDING,
         Problem.SERVICE_FAILING, Problem.SERVICE_STARTING,
         Problem.CNI_PENDING, Problem.CNI, Problem.BRIDGE, Problem.BRIDGE_STALE,
-        Problem.OFFLOAD, Problem.NEGOTIATING]
+        Problem.OFFLOAD, Problem.NEGOTIATING, Problem.NOT_READY]
     assert len({p.rank for p in Problem}) == len(Problem)
 
 
@@ -329,4 +329,6 @@ def test_the_messages_operators_alerts_match_are_unchanged():
         "service-starting": "Waiting for flannel.service to start.",
         "cni-pending": "Waiting for the principal on the cni relation.",
         "negotiating": "Negotiating flannel network subnet.",
+        "not-ready": "flanneld is not ready (127.0.0.1:8474/readyz): its rules or subnet.env "
+                     "are not in place",
     }

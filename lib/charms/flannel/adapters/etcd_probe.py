@@ -5,6 +5,14 @@ nothing in it (flanneld does not notice: it keeps its subnet and never
 writes its lease again), without paying for etcd3gw and requests (a quarter
 of a second to import on every hook). `look` asks etcd's v3 gateway, over
 one TLS connection, for the network config and for this node's lease.
+
+Every node looks every five minutes: listing every lease each time would
+grow the cluster's reads with nodes x leases. So the look first asks for
+the leases' fingerprint (how many, and the newest one's create revision:
+one key, whatever the count) and lists them only when it changed since the
+list the caller holds. The set of leases cannot change without changing
+it: a lease that was not there before was created after the newest one
+then, and a deleted one lowers the count unless a newer one replaced it.
 """
 from __future__ import annotations
 
@@ -29,20 +37,35 @@ def _subnets(keys: list) -> tuple:
 
 
 @dataclass(frozen=True)
+class LeaseList:
+    """Every lease's IPv4 subnet ("10.1.52.0/24"), and the fingerprint it was
+    listed at: (count, the newest lease key's create revision)."""
+    fingerprint: tuple[int, int]
+    subnets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EtcdView:
     config: Optional[dict[str, Any]]  # the stored network config (None: absent or not JSON)
     lease: Optional[bool]             # whether the asked lease is there (None: not asked)
     endpoint: str                     # the endpoint that answered
-    # with lease_of: the IPv4 subnet of every lease ("10.1.52.0/24"), this node's too
-    subnets: tuple = ()
+    # with lease_of: every lease (the caller's list itself when it still holds)
+    leases: Optional[LeaseList] = None
+    keys_read: int = 0                # keys etcd returned for this look
+
+    @property
+    def subnets(self) -> tuple[str, ...]:
+        return self.leases.subnets if self.leases else ()
 
 
 def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, *,
          prefix: str = DEFAULT_PREFIX, lease_of: Optional[str] = None,
-         preferred: Optional[str] = None, timeout: float = 3.0) -> EtcdView:
+         preferred: Optional[str] = None, known: Optional[LeaseList] = None,
+         timeout: float = 3.0) -> EtcdView:
     """Read the network config (and with lease_of, "10.1.52.0/24", whether
-    that lease exists) from the first endpoint that answers, trying
-    `preferred` first. Raises EtcdUnavailable, naming every endpoint tried."""
+    that lease exists, and every lease: `known` if its fingerprint holds)
+    from the first endpoint that answers, trying `preferred` first. Raises
+    EtcdUnavailable, naming every endpoint tried."""
     try:
         context = ssl.create_default_context(cafile=ca_file)
         context.load_cert_chain(cert_file, key_file)
@@ -55,29 +78,51 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
         connection = http.client.HTTPSConnection(url.hostname or "", url.port or DEFAULT_ETCD_PORT,
                                                  timeout=timeout, context=context)
         try:
-            values = _range(connection, config_key(prefix))
-            lease = bool(_range(connection, lease_key(lease_of, prefix))) if lease_of else None
-            subnets = _subnets(_range(connection, subnets_key(prefix), keys=True,
-                                      prefix=True)) if lease_of else ()
+            values, _ = _range(connection, config_key(prefix))
+            lease = leases = None
+            read = len(values)
+            if lease_of:
+                mine, _ = _range(connection, lease_key(lease_of, prefix))
+                lease = bool(mine)
+                leases, listed = _lease_list(connection, subnets_key(prefix), known)
+                read += len(mine) + listed
         except (OSError, http.client.HTTPException, ValueError) as error:
             failures.append(f"{endpoint} ({describe(error, timeout)})")
             continue
         finally:
             connection.close()
-        return EtcdView(json_object(values[0]) if values else None, lease, endpoint, subnets)
+        return EtcdView(json_object(values[0]) if values else None, lease, endpoint, leases,
+                        read)
     raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
 
 
+def _lease_list(connection: http.client.HTTPSConnection, prefix: str,
+                known: Optional[LeaseList]) -> tuple[LeaseList, int]:
+    """The leases under `prefix` (`known` while its fingerprint holds), and
+    how many keys etcd returned for them."""
+    newest, reply = _range(connection, prefix, keys=True, prefix=True, newest_only=True)
+    fingerprint = (int(reply.get("count") or 0),
+                   int(newest[0][1]) if newest else 0)
+    if known is not None and tuple(known.fingerprint) == fingerprint:
+        return known, len(newest)
+    keys, _ = _range(connection, prefix, keys=True, prefix=True)
+    return LeaseList(fingerprint, _subnets([key for key, _ in keys])), len(newest) + len(keys)
+
+
 def _range(connection: http.client.HTTPSConnection, key: str, *, keys: bool = False,
-           prefix: bool = False) -> list[bytes]:
+           prefix: bool = False, newest_only: bool = False) -> tuple[list, dict]:
     """The values stored at `key` (one, or none; with prefix, every key under
-    it) via the gateway's kv/range; with keys, the keys instead of the values."""
+    it) via the gateway's kv/range; with keys, (key, create revision) pairs
+    instead of the values; with newest_only, the most recently created key
+    alone (the reply's count is still every key's). Also the reply."""
     request = {"key": base64.b64encode(key.encode()).decode()}
     if prefix:   # range_end: the prefix with its last byte + 1
         end = key[:-1].encode() + bytes([key.encode()[-1] + 1])
         request["range_end"] = base64.b64encode(end).decode()
     if keys:
         request["keys_only"] = True
+    if newest_only:
+        request.update(limit=1, sort_order="DESCEND", sort_target="CREATE")
     body = json.dumps(request)
     connection.request("POST", f"{API}/kv/range", body=body,
                        headers={"Content-Type": "application/json"})
@@ -86,8 +131,12 @@ def _range(connection: http.client.HTTPSConnection, key: str, *, keys: bool = Fa
     if reply.status != 200:
         raise ValueError(f"etcd answered {reply.status} {reply.reason}: "
                          f"{data[:200].decode(errors='replace')}")
-    kvs = json.loads(data).get("kvs") or []
-    return [base64.b64decode(kv.get("key" if keys else "value", "")) for kv in kvs]
+    answer = json.loads(data)
+    kvs = answer.get("kvs") or []
+    if keys:
+        return [(base64.b64decode(kv.get("key", "")), kv.get("create_revision", 0))
+                for kv in kvs], answer
+    return [base64.b64decode(kv.get("value", "")) for kv in kvs], answer
 
 
 def describe(error: BaseException, timeout: float) -> str:

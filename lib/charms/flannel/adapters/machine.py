@@ -7,6 +7,7 @@ answers tests/unit/test_machine_contract.py compares with a real kernel's.
 """
 from __future__ import annotations
 
+import http.client
 import shutil
 import subprocess
 from typing import Callable, Optional, Sequence
@@ -46,6 +47,19 @@ class Machine:
     def which(self, command: str) -> Optional[str]:
         """The command's absolute path, or None."""
         return self._which(command)
+
+    def http_status(self, host: str, port: int, path: str, timeout: float = 1.0
+                    ) -> Optional[int]:
+        """The status code of GET http://host:port/path from this machine, or
+        None if nothing answered within `timeout`."""
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().status
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            conn.close()
 
     def flanneld_version(self, binary) -> Optional[str]:
         """The version `flanneld -version` prints (to stderr), or None."""

@@ -19,6 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from ..facts import paths
 from ..facts.cni_config import DEFAULT_NETWORK_NAME
 from ..facts.etcd_keys import DEFAULT_PREFIX
+from ..facts.flanneld import HEALTHZ_IP, HEALTHZ_PORT
 
 SERVICE_TEMPLATE = "flannel.service"
 CONFLIST_TEMPLATE = paths.CNI_CONF_NAME
@@ -68,6 +69,8 @@ def render_service(
         iface=iface,
         ip_masq=ip_masq,
         subnet_file=str(subnet_file),
+        healthz_ip=HEALTHZ_IP,
+        healthz_port=HEALTHZ_PORT,
     )
 
 

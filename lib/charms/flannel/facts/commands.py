@@ -3,7 +3,7 @@ charm, and the status naming the one it lacks.
 
 flanneld writes its rules by running `iptables-restore` (iptables mode) or
 `nft` (nftables mode, flanneld >= 0.25, through knftables), and exits at
-start without them; flanneld v0.27 in nftables mode also runs iptables and
+start without them; flanneld (v0.27 to v0.28.10) in nftables mode also runs iptables and
 ip6tables as it starts (to clean up the other mode's chains) and exits
 when either is missing (docs/reference/flanneld.md). The charm turns
 vxlan checksum offload off with ethtool.
@@ -26,7 +26,7 @@ def rules_command_problem(options: NetworkOptions, has: Has) -> Optional[str]:
                     "lacks: install nftables, or set enable-nftables to false")
         for command in ("iptables", "ip6tables"):
             if not has(command):
-                return (f"enable-nftables: flanneld v0.27 still runs {command} as it starts, "
+                return (f"enable-nftables: flanneld still runs {command} as it starts, "
                         "and this machine lacks it: install iptables")
         return None
     for command in ("iptables",) + (("ip6tables",) if options.ipv6_cidr else ()):

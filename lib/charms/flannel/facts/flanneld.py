@@ -1,10 +1,12 @@
 """flanneld as the charm knows it: which version a binary says it is, which
-era that is of, and the one digest of what it reads at start."""
+era that is of, its health server, the defects of its versions that bite
+this charm's mode, and the one digest of what it reads at start."""
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Iterable, Optional
 
 _VERSION = re.compile(r"v?\d+\.\d+\.\d+[\w.+-]*")
@@ -35,3 +37,63 @@ def inputs_digest(checksums: Iterable[Optional[str]], network_config: dict) -> s
         h.update(b"\0")
     h.update(json.dumps(network_config, sort_keys=True).encode())
     return h.hexdigest()
+
+
+def version_tuple(version: Optional[str]) -> Optional[tuple[int, int, int]]:
+    """(0, 28, 10) for "v0.28.10"; None for no or an unreadable version."""
+    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", version or "")
+    return tuple(int(n) for n in match.groups()) if match else None
+
+
+# flanneld's health server, bound to loopback (-healthz-ip, -healthz-port:
+# both flags exist since v0.11): /healthz answers while it runs; /readyz
+# (v0.28.9) answers 200 only once its rules are in and subnet.env written.
+HEALTHZ_IP = "127.0.0.1"
+HEALTHZ_PORT = 8474
+READYZ_SINCE = (0, 28, 9)
+
+
+def offers_readyz(version: Optional[str]) -> bool:
+    parsed = version_tuple(version)
+    return parsed is not None and parsed >= READYZ_SINCE
+
+
+@dataclass(frozen=True)
+class Defect:
+    """A defect of flanneld's that bites this charm's mode (etcd subnet
+    manager), in the versions [since, fixed_in)."""
+    what: str
+    since: tuple[int, int, int]
+    fixed_in: tuple[int, int, int]
+    reference: str
+
+
+KNOWN_DEFECTS = (
+    # after etcd compacts, the subnet watch resumes from a compacted revision
+    # and retries it forever, logging without pause (flannel-io/flannel#2470)
+    Defect("its etcd watch loops after a compaction", (0, 18, 0), (0, 28, 9),
+           "flannel-io/flannel#2470"),
+    # reCreateVxlan (v0.27.4) indexes the IPv6 addresses on an IPv4-only node
+    Defect("it panics recreating a lost vxlan device", (0, 27, 4), (0, 28, 5),
+           "flannel-io/flannel#2296"),
+)
+
+
+def defects_of(version: Optional[str]) -> list[Defect]:
+    """The known defects of a flanneld version; none for an unreadable one."""
+    parsed = version_tuple(version)
+    if parsed is None:
+        return []
+    return [d for d in KNOWN_DEFECTS if d.since <= parsed < d.fixed_in]
+
+
+def defects_note(version: Optional[str]) -> str:
+    """What the active status adds for a flanneld with known defects:
+    "flanneld v0.27.4: its etcd watch loops after a compaction; ... (fixed in
+    v0.28.9)", or ""."""
+    defects = defects_of(version)
+    if not defects:
+        return ""
+    fixed = max(d.fixed_in for d in defects)
+    return (f"flanneld {version}: {'; '.join(d.what for d in defects)} "
+            f"(fixed in v{'.'.join(map(str, fixed))})")

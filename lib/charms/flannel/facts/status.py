@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable, Optional
 
+from .flanneld import HEALTHZ_IP, HEALTHZ_PORT
+
 BLOCKED, WAITING, MAINTENANCE, ACTIVE = "blocked", "waiting", "maintenance", "active"
 
 WAITING_FOR_ETCD = "Waiting for etcd relation."
@@ -22,6 +24,8 @@ WAITING_FOR_SERVICE = "Waiting for flannel.service to start."
 SERVICE_FAILING = "flannel.service is failing: flanneld exited after start (journalctl -u flannel)"
 WAITING_FOR_CNI = "Waiting for the principal on the cni relation."
 NEGOTIATING = "Negotiating flannel network subnet."
+NOT_READY = (f"flanneld is not ready ({HEALTHZ_IP}:{HEALTHZ_PORT}/readyz): its rules or "
+             "subnet.env are not in place")
 INSTALLING = "Installing flannel."
 SERIES_UPGRADE = "Series upgrade in progress"
 RECORD_ADVICE = "no file is changed; remove and re-add flannel (unproven files stay)"
@@ -56,6 +60,7 @@ class Problem(Enum):
     BRIDGE_STALE = ("bridge-stale", WAITING, 95)   # flannel's old gateway still on cni0
     OFFLOAD = ("offload", BLOCKED, 96)          # vxlan checksum offload cannot be turned off
     NEGOTIATING = ("negotiating", WAITING, 100)
+    NOT_READY = ("not-ready", WAITING, 101)     # flanneld's /readyz (v0.28.9) says not yet
 
     @property
     def key(self) -> str:
@@ -84,15 +89,18 @@ class Status:
     message: str
 
 
-def choose(found: Iterable[tuple[Problem, Optional[str]]], gateways: Iterable = ()) -> Status:
+def choose(found: Iterable[tuple[Problem, Optional[str]]], gateways: Iterable = (),
+           note: str = "") -> Status:
     """The status of the highest-ranked problem found (problem, its text;
     None for a problem whose text is always the same), else active naming
-    the node's gateways ("Flannel subnet 10.1.52.1/24, fd10:1:0:5::1/64")."""
+    the node's gateways ("Flannel subnet 10.1.52.1/24, fd10:1:0:5::1/64"),
+    and the note if any (a known defect of the flanneld that runs)."""
     ranked = sorted(found, key=lambda item: item[0].rank)
     if ranked:
         problem, text = ranked[0]
         return Status(problem.level, text or FIXED_TEXTS[problem])
-    return Status(ACTIVE, ACTIVE_PREFIX + ", ".join(map(str, gateways)))
+    active = ACTIVE_PREFIX + ", ".join(map(str, gateways))
+    return Status(ACTIVE, f"{active}; {note}" if note else active)
 
 
 FIXED_TEXTS = {
@@ -105,6 +113,7 @@ FIXED_TEXTS = {
     Problem.SERVICE_STARTING: WAITING_FOR_SERVICE,
     Problem.CNI_PENDING: WAITING_FOR_CNI,
     Problem.NEGOTIATING: NEGOTIATING,
+    Problem.NOT_READY: NOT_READY,
 }
 
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol
 
+from ..adapters import health, node_files
 from ..adapters import links as machine_links
-from ..adapters import node_files
 from ..adapters.credentials import ClientFiles, client_files
 from ..adapters.install_record import InstallRecord
 from ..adapters.machine import Machine
 from ..adapters.systemd import Systemd
 from ..facts import host_network
+from ..facts.flanneld import offers_readyz
 from ..facts.netconfig import NetworkConfig
 from ..facts.options import InvalidOption, NetworkOptions, parse_options
 from ..facts.paths import SERVICE_NAME, Paths, install_record_dir
@@ -173,8 +174,17 @@ class HookContext:
         restart)."""
         return self.systemd.is_active(SERVICE_NAME)
 
+    @functools.cached_property
+    def flanneld_ready(self) -> Optional[bool]:
+        """Whether flanneld's /readyz answers 200, asked once; None where the
+        installed flanneld offers no /readyz (before v0.28.9)."""
+        if not offers_readyz(self.state.flanneld_version):
+            return None
+        return health.ready(self.machine)
+
     def forget_flanneld(self) -> None:
         self.__dict__.pop("flanneld_active", None)
+        self.__dict__.pop("flanneld_ready", None)
 
     def lease(self) -> Optional[SubnetEnv]:
         """flanneld's lease as subnet.env says it now."""

@@ -44,6 +44,7 @@ class EtcdHealth:
     config_missing: bool = False      # etcd holds no network config (rebuilt empty)
     lost_lease: Optional[str] = None  # this node's lease ("10.1.52.0/24") gone from etcd
     unrouted: tuple = ()              # other nodes' subnets this node has no route to
+    leases: Optional[etcd_probe.LeaseList] = None   # every lease, as last listed
 
 
 def own_lease(ctx: HookContext) -> Optional[str]:
@@ -62,17 +63,22 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
     first. Never raises for etcd being away or refusing."""
     lease_of = own_lease(ctx)
     files = ctx.client_files
+    known = ctx.state.lease_list
+    if known is not None:
+        known = etcd_probe.LeaseList(tuple(known["fingerprint"]), tuple(known["subnets"]))
     try:
         view = etcd_probe.look(parse_endpoints(connection_string), str(files.ca_file),
                                str(files.cert_file), str(files.key_file), lease_of=lease_of,
-                               preferred=ctx.state.etcd_answered, timeout=timeout)
+                               preferred=ctx.state.etcd_answered, known=known,
+                               timeout=timeout)
     except EtcdUnavailable as unavailable:
         return EtcdHealth(problem=unavailable.reason)
     unrouted = ()
     if view.lease and view.subnets:   # flanneld runs on its lease: does it route the others?
         unrouted = unrouted_subnets(view.subnets, lease_of.partition("&")[0], ctx.routes(4))
     return EtcdHealth(answered=view.endpoint, config_missing=view.config is None,
-                      lost_lease=lease_of if view.lease is False else None, unrouted=unrouted)
+                      lost_lease=lease_of if view.lease is False else None, unrouted=unrouted,
+                      leases=view.leases)
 
 
 def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
@@ -84,6 +90,9 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     out.found(Problem.ETCD, seen.problem)
     if seen.answered:
         ctx.state.etcd_answered = seen.answered
+    if seen.leases is not None:
+        ctx.state.lease_list = {"fingerprint": list(seen.leases.fingerprint),
+                                "subnets": list(seen.leases.subnets)}
     if seen.config_missing:
         out.say("etcd holds no flannel network config (rebuilt?): writing it again", True)
         out.clear(NETWORK_CONFIGURED)

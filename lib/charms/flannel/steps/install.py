@@ -40,6 +40,7 @@ def run(ctx: HookContext) -> Outcome:
     if full:
         return out   # blocked; any later hook installs once there is room
     out.version = ctx.machine.flanneld_version(ctx.paths.flanneld)
+    ctx.state.flanneld_version = out.version
     # a new flanneld restarts it (its input digest)
     return out.clear(SERVICE_RUNNING).set(INSTALLED)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..adapters import node_files
+from ..facts.flanneld import defects_note
 from ..facts.status import Problem, Status, choose, record_text
 from ..facts.subnet_env import SubnetEnv
 from .context import HookContext
@@ -47,6 +48,8 @@ def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
         # started with its inputs but not running: it exited, not starting
         found.append((Problem.SERVICE_FAILING if seen.service_started
                       else Problem.SERVICE_STARTING, None))
+    elif ctx.flanneld_ready is False:
+        found.append((Problem.NOT_READY, None))
     if not seen.cni_configured:
         found.append((Problem.CNI_PENDING, None))
     else:
@@ -64,7 +67,8 @@ def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
 
 
 def status(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> Status:
-    return choose(gather(ctx, seen, lease), lease.gateways if lease else ())
+    return choose(gather(ctx, seen, lease), lease.gateways if lease else (),
+                  defects_note(ctx.state.flanneld_version))
 
 
 def remember(ctx: HookContext) -> None:

@@ -73,6 +73,15 @@ class UnitState:
         "flannel.flanneld-iface",
         "The interface flanneld was last started on: a new one is a new public IP, under "
         "which flanneld would lease a new subnet.")
+    lease_list = _Key(
+        "flannel.lease-list",
+        "Every lease's IPv4 subnet as update-status last listed them, with the fingerprint "
+        "(count, newest create revision) they were listed at: listed again only when it "
+        "changed (adapters/etcd_probe.py).")
+    flanneld_version = _Key(
+        "flannel.flanneld-version",
+        "The version the installed flanneld says it is (`flanneld -version`): whether it "
+        "offers /readyz, and its known defects.")
     status = _Key(
         "flannel.status", "The workload status last set: update-status sets it only when it "
         "changes.")

@@ -1,0 +1,56 @@
+"""What the attached flanneld says of itself: /readyz (flanneld >= 0.28.9)
+decides whether a running flanneld is shown active, and a flanneld of a
+version with a known defect in etcd mode is named with the version that
+fixes it."""
+from harness import PLUGIN_SCRIPT, deployed, resource
+
+from charms.flannel.facts.status import NOT_READY
+
+
+def test_a_running_flanneld_that_is_not_ready_is_not_active(unit):
+    deployed(unit)
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+    unit.machine.readyz = 503          # "flanneld is not ready yet"
+    unit.hook("update-status")
+    assert unit.status == ("waiting", NOT_READY)
+    unit.machine.readyz = None         # hung: no answer within a second
+    unit.hook("update-status")
+    assert unit.status == ("waiting", NOT_READY)
+    assert unit.machine.started() == 1  # the charm does not restart it for that
+    unit.machine.readyz = 200
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def attach(unit, version: str) -> None:
+    """`juju attach-resource flannel flannel-amd64=...` with a flanneld of
+    `version`, and the upgrade-charm hook Juju runs for it."""
+    script = f"#!/bin/sh\necho 'Flannel version {version}' >&2\n".encode()
+    unit.juju.resources["flannel-amd64"] = str(resource(
+        unit.root, {"flanneld": script, "cni-plugin/flannel": PLUGIN_SCRIPT}))
+    unit.hook("upgrade-charm")
+
+
+def test_an_older_flanneld_is_named_with_its_defects_and_never_asked_readyz(unit):
+    deployed(unit)
+    attach(unit, "v0.27.4")
+    assert unit.juju.version == "v0.27.4"
+    unit.machine.readyz = 503     # would say not ready: v0.27.4 has no /readyz
+    unit.machine.calls.clear()
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24; flanneld v0.27.4: its etcd "
+                                     "watch loops after a compaction; it panics recreating a "
+                                     "lost vxlan device (fixed in v0.28.9)")
+    assert not [c for c in unit.machine.calls if c[0] == "GET"]
+    attach(unit, "v0.28.10")
+    unit.machine.readyz = 200
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+    assert ["GET", "http://127.0.0.1:8474/readyz"] in unit.machine.calls
+
+
+def test_the_unit_file_serves_health_on_loopback_only(unit):
+    deployed(unit)
+    exec_start = [line for line in unit.paths.service_file.read_text().splitlines()
+                  if line.startswith("ExecStart=")][0]
+    assert " -healthz-ip=127.0.0.1 -healthz-port=8474" in exec_start
