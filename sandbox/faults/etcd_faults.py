@@ -372,20 +372,59 @@ def etcd_pki_replaced(bench: FaultBench) -> Outcome:
     """etcd is rebuilt with a new CA, server and client certificate and
     restarted with them (its data kept); then the etcd charm publishes the
     new CA, cert and key. The charm rewrites its TLS files (0600), restarts
-    flanneld with them, goes active; the old pods keep pinging."""
+    flanneld with them, goes active; the old pods keep pinging across the
+    machines, every echo answered from etcd's restart to active (flanneld's
+    restart leaves the routes and the vxlan device), and nothing on a node
+    holds the old client key afterwards."""
     name = "3 etcd CA and client certificate replaced"
     bench.deploy()
     before = subnets(bench)
     pids = {m: bench.cluster.flanneld_pids(m) for m in before}
     etcd = bench.cluster.etcd
+    old_key = etcd.pki.client_key.read_text().strip()
     pki = make_pki(bench.cluster.workdir / "pki-rebuilt", server_ips=[etcd.host])
+    (a, pod_a), (_, pod_b) = sorted(bench.pods.items())[:2]
+    # the probe for the old key finds it where it is before the change
+    held = old_key_problems(bench, before, old_key)
+    with bench.cluster.pinging(pod_a, pod_b.address) as echoes:
+        problems = _replace_pki(bench, name, etcd, pki, before, pids)
+    bench.say(f"   {a}'s pod to the other machine's while the PKI changed: {echoes}")
+    if echoes.lost:
+        problems.append(f"{echoes.lost} of {echoes.sent} echoes lost across the machines "
+                        "while the PKI changed")
+    if not any(TLS_FILES["client_key"] in problem for problem in held):
+        problems.append(f"the probe for the old key did not find it before the change: {held}")
+    problems += old_key_problems(bench, before, old_key)
+    return bench.outcome(name, problems.recovery, problems)
+
+
+def old_key_problems(bench: FaultBench, machines, old_key: str) -> list[str]:
+    """Files of flannel's on each machine that still hold the old client key
+    (a line of its base64 body): the TLS files, the unit's state, the
+    install record."""
+    line = old_key.splitlines()[1]
+    out = []
+    for m in machines:
+        charm_dir = bench.ctl.unit(bench.cluster.unit_on(m))["charm-dir"]
+        found = bench.machine(m).run(
+            ["grep", "-rlF", line, "/etc/ssl/flannel", f"{charm_dir}/.unit-state.db",
+             f"{charm_dir}/../flannel-install-record"], check=False).stdout
+        out += [f"{m}: {path} still holds the old client key" for path in found.split()]
+    return out
+
+
+class _Problems(list):
+    recovery: float = 0.0
+
+
+def _replace_pki(bench: FaultBench, name: str, etcd, pki, before, pids) -> _Problems:
     etcd.stop()
     etcd.pki = pki
     etcd.start()
     mark = len(bench.ctl.hook_log)
     update_status(bench)
     seen = bench.observe("etcd on a new PKI, the relation still has the old one")
-    problems = status_names_etcd(bench, seen, "while the relation had the old PKI")
+    problems = _Problems(status_names_etcd(bench, seen, "while the relation had the old PKI"))
     problems += pods_ping(bench, "while the relation had the old PKI")
     published, started = time.time(), time.monotonic()
     text = {k: getattr(pki, k).read_text() for k in TLS_FILES}
@@ -393,7 +432,7 @@ def etcd_pki_replaced(bench: FaultBench) -> Outcome:
                            client_key=text["client_key"])
     bench.cluster.settle()
     bench.recover()
-    recovery = time.monotonic() - started   # from the etcd charm publishing the new PKI
+    problems.recovery = time.monotonic() - started   # from the etcd charm publishing it
     show_durations(bench, mark, "from the new PKI to active")
     problems += hook_problems(bench, mark, "after the PKI change")
     for m in before:
@@ -411,4 +450,4 @@ def etcd_pki_replaced(bench: FaultBench) -> Outcome:
             problems.append(f"{m}: flanneld wrote no subnet.env since the new PKI: it did not "
                             "get its lease from etcd")
     problems += leases_kept(before, bench, "after the PKI change")
-    return bench.outcome(name, recovery, problems)
+    return problems

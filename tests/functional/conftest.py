@@ -165,6 +165,13 @@ def resource(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def previous_resource(tmp_path_factory) -> Path:
+    """The resource as this charm shipped it before: flanneld v0.27.4."""
+    from sandbox.resource import previous_resource as build
+    return build(tmp_path_factory.mktemp("previous-resource"), progress=say)
+
+
+@pytest.fixture(scope="session")
 def open_cluster(built_charm, resource):
     """open_cluster(label, workers=N, **options) -> a context manager giving a
     started sandbox Cluster (etcd and kubernetes-worker deployed, no flannel
