@@ -128,6 +128,21 @@ if listed.status_code == 200:
 print(json.dumps(gone))
 """
 
+# etcd compacts its history as a long-running cluster does (the etcd charm's
+# auto-compaction): two writes outside flannel's prefix (under the given
+# one), then a physical compaction at the current revision. Prints the
+# revision compacted at.
+_ETCD_COMPACT = _ETCD_CLIENT + """
+for n in range(2):
+    client.put(prefix + "/filler", str(n))
+revision = int(client.status()["header"]["revision"])
+url = "https://" + (f"[{host}]" if ":" in host else host) + f":{port}/v3/kv/compaction"
+session.post(url, json={"revision": str(revision), "physical": True},
+             timeout=30).raise_for_status()
+client.delete(prefix + "/filler")
+print(revision)
+"""
+
 # The same through etcd's v2 API (flannel v0.11's keyspace): {key: [value,
 # ttl or null]} of every key under the prefix, {} when there is none (or
 # etcd serves no v2 API).
@@ -668,6 +683,23 @@ class Cluster:
                    str(pki.client_cert), str(pki.client_key), f"{NETWORK_PREFIX}/subnets/"],
                   timeout=30).stdout
         return json.loads(out)
+
+    def compact_etcd(self) -> int:
+        """etcd's history compacted at its current revision, after two writes
+        no flanneld watches (as other clients of a shared etcd make): the
+        revision compacted at."""
+        pki = self.etcd.pki
+        host, port = self.etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+        out = run(["ip", "netns", "exec", self.network.netns_for(ETCD), sys.executable,
+                   "-c", _ETCD_COMPACT, host.strip("[]"), port, str(pki.ca_cert),
+                   str(pki.client_cert), str(pki.client_key), "/sandbox/compaction"],
+                  timeout=60).stdout
+        return int(out.strip())
+
+    def restart_etcd(self) -> None:
+        """etcd restarts (its data kept): every client's stream breaks."""
+        self.etcd.stop()
+        self.etcd.start()
 
     def rebuild_etcd_empty(self) -> None:
         """etcd loses its data and starts again empty (a disaster recovery

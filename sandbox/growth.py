@@ -29,6 +29,7 @@ from sandbox.cli import charm_parser, resource_for
 HOOKS_PER_DAY = 24 * 60 // 5
 DAYS = 30
 FLANNELD_JOURNAL = "/var/log/journal/flannel.service.log"
+LEVELS = ("INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _node_sizes(cluster, unit: str) -> dict:
@@ -41,7 +42,10 @@ def _node_sizes(cluster, unit: str) -> dict:
         "state db bytes": len(machine.read_file(f"{charm_dir}/.unit-state.db") or b""),
         "unit log bytes": len(log.encode()),
         "unit log lines": log.count("\n"),
-        "charm log lines": log.count(".juju-log "),
+        # Juju keeps INFO and above by default (logging-config <root>=INFO);
+        # the DEBUG lines are charms.reactive's tracer
+        "unit log lines >= INFO": sum(1 for line in log.splitlines()
+                                      if line[20:].split(" ", 1)[0] in LEVELS),
         "flanneld journal bytes": len(machine.read_file(FLANNELD_JOURNAL) or b""),
         "install record bytes": int(record or 0),
         "hook tool calls": len(cluster.controller.tool_calls(unit)),

@@ -91,6 +91,28 @@ OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
                  "/usr/lib/systemd/system")
 START_TIMEOUT = 120.0  # seconds for the holder to set up the mounts (a bound for a hang)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The machine's journalctl: a unit's journal is what systemctl3 wrote of its
+# output (/var/log/journal/<unit>.service.log, no timestamps of its own).
+# `journalctl -u UNIT [-n N] [-o cat] [--no-pager]`: its last N lines (all
+# without -n); any other option is refused, as a real journalctl would an
+# unknown one.
+JOURNALCTL = """#!/bin/sh
+unit= lines=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -u) unit=$2; shift 2 ;;
+    -n) lines=$2; shift 2 ;;
+    -o) [ "$2" = cat ] || { echo "journalctl (sandbox): only -o cat" >&2; exit 1; }; shift 2 ;;
+    --no-pager|-q) shift ;;
+    *) echo "journalctl (sandbox): unsupported option $1" >&2; exit 1 ;;
+  esac
+done
+[ -n "$unit" ] || { echo "journalctl (sandbox): -u UNIT is needed" >&2; exit 1; }
+case "$unit" in *.*) ;; *) unit=$unit.service ;; esac
+log=/var/log/journal/$unit.log
+[ -f "$log" ] || exit 0
+if [ -n "$lines" ]; then tail -n "$lines" "$log"; else cat "$log"; fi
+"""
 
 OS_RELEASE = ubuntu.os_release("jammy")
 LSB_RELEASE = ubuntu.lsb_release("jammy")
@@ -243,6 +265,8 @@ class Machine:
         sbin.mkdir(parents=True, exist_ok=True)
         build_client(str(sbin / "systemctl"), server_socket=systemctl.SERVER_SOCKET,
                      fallback=f"{systemctl.INSTALL_DIR}/systemctl.py")
+        (sbin / "journalctl").write_text(JOURNALCTL)
+        (sbin / "journalctl").chmod(0o755)
         return overlays
 
     @staticmethod

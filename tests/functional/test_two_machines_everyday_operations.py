@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import shutil
+import time
 
 import pytest
 from functional_kit import (all_plugin_bytes, deploy_and_wait, member, plugin_differences,
@@ -428,3 +429,69 @@ def flanneld_starts(cluster, machine: str) -> int:
     """How many times flanneld started on `machine` (its journal's start lines)."""
     journal = cluster.machines[machine].read_file(FLANNELD_JOURNAL) or b""
     return journal.count(b"Installing signal handlers")
+
+
+COMPACTED = b"required revision has been compacted"
+
+
+def compaction_played(two, pods, seconds: float) -> dict:
+    """etcd compacts (two writes no flanneld watches first) and restarts, so
+    that every flanneld's watch reconnects from the revision it last had;
+    for `seconds` pods ping across the machines. What each machine's
+    flanneld logged meanwhile, and whether the echoes and a new pod per
+    machine made it."""
+    sizes = {m: len(two.machines[m].read_file(FLANNELD_JOURNAL) or b"") for m in MACHINES}
+    compacted_at = two.compact_etcd()
+    with two.pinging(pods["m1"], pods["m2"].address) as during:
+        two.restart_etcd()
+        time.sleep(seconds)
+    logged = {m: (two.machines[m].read_file(FLANNELD_JOURNAL) or b"")[sizes[m]:]
+              for m in MACHINES}
+    assert_ping_both_ways(*pods_everywhere(two).values())
+    return {"compacted at": compacted_at, "echoes lost": during.lost, "echoes sent": during.sent,
+            "bytes per minute": {m: len(text) * 60 / seconds for m, text in logged.items()},
+            "compacted lines": {m: text.count(COMPACTED) for m, text in logged.items()}}
+
+
+def test_etcd_compaction_under_each_flanneld(two, previous_resource):
+    """etcd compacts its history and restarts (as the etcd charm's clusters
+    do). flanneld v0.28.10 re-reads the leases once and carries on. flanneld
+    v0.27.4 (the previous resource) retries the compacted revision without
+    end (flannel-io/flannel#2470), a line every 5 s per watch once backed
+    off: the pods keep talking and new pods start (nothing flanneld did is
+    undone), but it would see no lease event again; the next update-status
+    names it and restarts flanneld, which then logs no more of it. Without
+    that step the v0.27.4 journal kept growing after update-status."""
+    pods = pods_everywhere(two)
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    current = compaction_played(two, pods, seconds=6)
+    two.say(f"   flanneld v0.28.10 after compaction: {current}")
+    assert current["echoes lost"] == 0, current
+    assert all(n <= 4 for n in current["compacted lines"].values()), current
+    two.controller.update_status("flannel")
+    two.settle()
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, "v0.28.10 was restarted"
+
+    with two.timings.phase("upgrade-charm, the previous resource (v0.27.4)", two.say):
+        two.upgrade_flannel(previous_resource)
+        two.wait_for_flannel(timeout=120)
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    # 12 s: each of its two watches retries 8 times (backing off from 0.1 s to 5 s)
+    previous = compaction_played(two, pods, seconds=12)
+    two.say(f"   flanneld v0.27.4 after compaction: {previous}")
+    assert previous["echoes lost"] == 0, previous
+    assert all(n >= 10 for n in previous["compacted lines"].values()), previous
+    two.controller.update_status("flannel")
+    two.settle()
+    for m in MACHINES:
+        assert two.flanneld_pids(m) and two.flanneld_pids(m) != pids[m], \
+            f"{m}: the charm did not restart the stuck flanneld"
+        assert "retries a compacted revision without end (flannel-io/flannel#2470" in \
+            two.controller.unit_log(two.unit_on(m)), f"{m}: the restart was not named"
+    sizes = {m: len(two.machines[m].read_file(FLANNELD_JOURNAL) or b"") for m in MACHINES}
+    time.sleep(6)   # the stuck loop logged every 5 s
+    for m in MACHINES:
+        after = (two.machines[m].read_file(FLANNELD_JOURNAL) or b"")[sizes[m]:]
+        assert COMPACTED not in after, f"{m}: flanneld still loops after its restart"
+    # (the module's last test: it leaves the units active on v0.27.4)
+    assert two.failed_hooks() == [], two.failed_hooks()

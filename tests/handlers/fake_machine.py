@@ -85,6 +85,7 @@ class FakeMachine(Machine):
         self.on_start: Callable[[], None] = lambda: None   # the fake flanneld
         # what flanneld's /readyz answers while it runs (None: nothing, a hung flanneld)
         self.readyz: Optional[int] = 200
+        self.journal: list[str] = []   # what flanneld logged (journalctl -u flannel -o cat)
 
     # --- what tests set up ---------------------------------------------------------------
     def bridge(self, *addresses: str, ports: int = 0, mtu: int = 1450) -> None:
@@ -247,6 +248,10 @@ class FakeMachine(Machine):
         on = self.tx_checksum.setdefault(device, True)
         return (f"Features for {device}:\ntx-checksumming: {'on' if on else 'off'}\n"
                 f"\ttx-checksum-ip-generic: {'on' if on else 'off'}\n")
+
+    def _journalctl(self, args):
+        lines = int(args[args.index("-n") + 1]) if "-n" in args else len(self.journal)
+        return "".join(line + "\n" for line in self.journal[-lines:])
 
     def _systemctl(self, args):
         verb = args[0]

@@ -54,3 +54,31 @@ def test_the_unit_file_serves_health_on_loopback_only(unit):
     exec_start = [line for line in unit.paths.service_file.read_text().splitlines()
                   if line.startswith("ExecStart=")][0]
     assert " -healthz-ip=127.0.0.1 -healthz-port=8474" in exec_start
+
+
+# flanneld v0.27.4's journal once its watch is stuck on a compacted revision
+STUCK = ["E1203 12:00:{:02d}.000000 1 registry.go:396] etcd watch channel for "
+         "/coreos.com/network/subnets/10.1.52.0-24 closed with error etcdserver: mvcc: "
+         "required revision has been compacted, reconnecting...".format(n) for n in range(12)]
+
+
+def test_a_flanneld_stuck_on_a_compacted_revision_is_named_and_restarted(unit):
+    deployed(unit)
+    attach(unit, "v0.27.4")
+    started = unit.machine.started()
+    unit.machine.journal = ["I1203 11:59:00.000000 1 main.go:1] flannel is running"] + STUCK
+    unit.hook("update-status")
+    assert unit.machine.started() == started + 1
+    assert "v0.27.4's etcd watch retries a compacted revision without end " \
+           "(flannel-io/flannel#2470, fixed in v0.28.9): restarting it" in unit.log
+    unit.machine.journal = STUCK[:2] + ["I1203 12:01:00.000000 1 main.go:1] restarted"]
+    unit.hook("update-status")   # a reconnect or two is not a loop
+    assert unit.machine.started() == started + 1
+
+
+def test_a_fixed_flanneld_s_journal_is_never_read(unit):
+    deployed(unit)
+    unit.machine.journal = STUCK
+    unit.hook("update-status")
+    assert not [c for c in unit.machine.calls if c[0] == "journalctl"]
+    assert unit.machine.started() == 1

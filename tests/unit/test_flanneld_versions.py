@@ -55,3 +55,16 @@ def test_not_ready_is_waiting_and_yields_to_negotiating():
     assert Problem.NOT_READY.level == "waiting"
     assert choose([(Problem.NOT_READY, None), (Problem.NEGOTIATING, None)]).message == \
         "Negotiating flannel network subnet."
+
+
+def test_a_journal_tail_of_compacted_retries_is_a_stuck_watch():
+    from charms.flannel.facts.flanneld import has_compaction_loop, stuck_on_compaction
+    retry = ("E1203 12:00:05.1 1 registry.go:314] etcd watch channel for /coreos.com/network/"
+             "subnets closed with error etcdserver: mvcc: required revision has been compacted, "
+             "reconnecting...")
+    watching = "I1203 12:00:05.1 1 registry.go:293] registry: watching subnets starting from rev 5"
+    assert stuck_on_compaction([watching, retry] * 10)
+    assert not stuck_on_compaction([retry] * 3 + ["I1203 12:00:09.0 1 main.go:1] ready"] * 17)
+    assert not stuck_on_compaction([])
+    assert has_compaction_loop("v0.27.4") and has_compaction_loop("v0.28.8")
+    assert not has_compaction_loop("v0.28.9") and not has_compaction_loop("v0.11.0")

@@ -97,3 +97,22 @@ def defects_note(version: Optional[str]) -> str:
     fixed = max(d.fixed_in for d in defects)
     return (f"flanneld {version}: {'; '.join(d.what for d in defects)} "
             f"(fixed in v{'.'.join(map(str, fixed))})")
+
+
+# What flanneld < 0.28.9 logs each time its watch retries a compacted
+# revision (flannel-io/flannel#2470): with backoff to one try every 5 s per
+# watch, and nothing else logged at idle, a stuck watch fills the journal's
+# tail; one or two such lines are a reconnect that succeeded.
+COMPACTED = "required revision has been compacted"
+JOURNAL_TAIL = 20
+STUCK_AT = 10
+
+
+def has_compaction_loop(version: Optional[str]) -> bool:
+    return any(d.reference == "flannel-io/flannel#2470" for d in defects_of(version))
+
+
+def stuck_on_compaction(tail: list[str]) -> bool:
+    """Whether the last lines of flanneld's journal show its etcd watch
+    retrying a compacted revision without end."""
+    return sum(COMPACTED in line for line in tail[-JOURNAL_TAIL:]) >= STUCK_AT

@@ -11,6 +11,8 @@ lease, and does this node route every other node's lease? The policy:
   subnet.env a minute after flanneld started (deleted since: flanneld writes
   it only as it starts, and the flannel plugin fails every pod without
   it): flanneld is restarted in this hook, which leases and routes anew.
+- flanneld < 0.28.9 whose etcd watch retries a compacted revision without
+  end (its journal's tail says so): restarted, which watches anew.
 - on a unit that saw flannel v0.11's network in etcd's v2 keyspace: once
   every node runs flanneld >= 0.18 the v2 keys go; until then the v3
   copies of v0.11 nodes' leases are kept as long-lived as the v2 leases.
@@ -24,9 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..adapters import etcd_probe
+from ..adapters import etcd_probe, journal
 from ..facts.etcd_keys import EtcdUnavailable, parse_endpoints
+from ..facts.flanneld import JOURNAL_TAIL, has_compaction_loop, stuck_on_compaction
 from ..facts.host_network import unrouted_subnets
+from ..facts.paths import SERVICE_NAME
 from ..facts.status import Problem
 from ..facts.v2_network import carried_ttl, copies, moved
 from .context import HookContext
@@ -105,6 +109,9 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
               "every lease".format(", ".join(seen.unrouted))
     elif seen.problem is None and flanneld_started and without_subnet_env(ctx):
         why = f"flanneld has written no {ctx.paths.subnet_env} since it started: restarting it"
+    elif flanneld_started and watch_stuck(ctx):
+        why = (f"flanneld {ctx.state.flanneld_version}'s etcd watch retries a compacted "
+               "revision without end (flannel-io/flannel#2470, fixed in v0.28.9): restarting it")
     if why:
         out.say(why, True)
         ctx.state.flanneld_inputs = None
@@ -112,6 +119,15 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     if ctx.state.v2_network_seen and seen.problem is None:
         finish_v2_move(ctx, etcd.connection_string, out)
     return out
+
+
+def watch_stuck(ctx: HookContext) -> bool:
+    """A flanneld of a version whose etcd watch can loop after a compaction,
+    caught in that loop (its journal's tail); a restart watches from the
+    current revision. Not asked of other versions."""
+    if not has_compaction_loop(ctx.state.flanneld_version) or not ctx.flanneld_active:
+        return False
+    return stuck_on_compaction(journal.tail(ctx.machine, SERVICE_NAME, JOURNAL_TAIL))
 
 
 def without_subnet_env(ctx: HookContext) -> bool:
