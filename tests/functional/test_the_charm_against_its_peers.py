@@ -100,9 +100,9 @@ def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_c
         check = machine.run(ready.split(), check=False)
         assert check.returncode == 2, check.stdout + check.stderr      # CRITICAL
         idle(cluster)
-        assert cluster.workload(unit) == ("waiting", "flanneld is not ready (127.0.0.1:8474/"
-                                                     "readyz): its rules or subnet.env are not "
-                                                     "in place")
+        assert cluster.workload(unit) == ("waiting", "flanneld is not ready: 127.0.0.1:8474/"
+                                                     "readyz did not answer 200 (journalctl -u "
+                                                     "flannel)")
     finally:
         machine.run(["kill", "-CONT", str(pid)])
     idle(cluster)

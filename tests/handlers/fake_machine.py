@@ -83,8 +83,10 @@ class FakeMachine(Machine):
         self.reloads = 0
         self.calls: list[list[str]] = []
         self.on_start: Callable[[], None] = lambda: None   # the fake flanneld
-        # what flanneld's /readyz answers while it runs (None: nothing, a hung flanneld)
+        # what flanneld's /readyz answers while it runs (None: nothing, a hung flanneld);
+        # in the hook that started it, nothing yet (it leases first)
         self.readyz: Optional[int] = 200
+        self.starting = False
         self.journal: list[str] = []   # what flanneld logged (journalctl -u flannel -o cat)
 
     # --- what tests set up ---------------------------------------------------------------
@@ -108,8 +110,8 @@ class FakeMachine(Machine):
         """flanneld's health server (the only one the charm asks) while
         flannel.service runs."""
         self.calls.append(["GET", f"http://{host}:{port}{path}"])
-        if not self.units.get("flannel", {}).get("active") or (host, port) != (
-                HEALTHZ_IP, HEALTHZ_PORT):
+        if self.starting or not self.units.get("flannel", {}).get("active") or (
+                host, port) != (HEALTHZ_IP, HEALTHZ_PORT):
             return None
         return self.readyz if path == "/readyz" else 200
 
@@ -267,6 +269,7 @@ class FakeMachine(Machine):
             if unit["masked"]:
                 raise _Refused(1, f"Failed to start {args[1]}.service: Unit is masked.")
             unit["active"] = True
+            self.starting = True
             self.on_start()
         elif verb == "stop":
             unit["active"] = False

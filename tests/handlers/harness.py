@@ -208,6 +208,7 @@ class Unit:
                 main()
             finally:
                 sys.argv = old_argv
+                self.machine.starting = False   # flanneld is ready by the next hook
 
     @contextlib.contextmanager
     def _machine(self):

@@ -329,6 +329,6 @@ def test_the_messages_operators_alerts_match_are_unchanged():
         "service-starting": "Waiting for flannel.service to start.",
         "cni-pending": "Waiting for the principal on the cni relation.",
         "negotiating": "Negotiating flannel network subnet.",
-        "not-ready": "flanneld is not ready (127.0.0.1:8474/readyz): its rules or subnet.env "
-                     "are not in place",
+        "not-ready": "flanneld is not ready: 127.0.0.1:8474/readyz did not answer 200 "
+                     "(journalctl -u flannel)",
     }

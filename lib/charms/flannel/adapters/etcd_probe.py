@@ -7,12 +7,13 @@ of a second to import on every hook). `look` asks etcd's v3 gateway, over
 one TLS connection, for the network config and for this node's lease.
 
 Every node looks every five minutes: listing every lease each time would
-grow the cluster's reads with nodes x leases. So the look first asks for
-the leases' fingerprint (how many, and the newest one's create revision:
-one key, whatever the count) and lists them only when it changed since the
-list the caller holds. The set of leases cannot change without changing
-it: a lease that was not there before was created after the newest one
-then, and a deleted one lowers the count unless a newer one replaced it.
+grow what etcd returns with nodes x leases. So the look first asks for the
+leases' fingerprint (how many, the newest one's create revision, etcd's
+cluster id: etcd still sorts the range, but returns one key whatever the
+count) and lists them only when it changed since the list the caller holds.
+Within one etcd the set of leases cannot change without changing it: a
+lease that was not there before was created after the newest one then, and
+a deleted one lowers the count unless a newer one replaced it.
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def _subnets(keys: list) -> tuple:
 @dataclass(frozen=True)
 class LeaseList:
     """Every lease's IPv4 subnet ("10.1.52.0/24"), and the fingerprint it was
-    listed at: (count, the newest lease key's create revision)."""
-    fingerprint: tuple[int, int]
+    listed at: (count, the newest lease key's create revision, etcd's
+    cluster id)."""
+    fingerprint: tuple
     subnets: tuple[str, ...]
 
 
@@ -101,8 +103,9 @@ def _lease_list(connection: http.client.HTTPSConnection, prefix: str,
     """The leases under `prefix` (`known` while its fingerprint holds), and
     how many keys etcd returned for them."""
     newest, reply = _range(connection, prefix, keys=True, prefix=True, newest_only=True)
-    fingerprint = (int(reply.get("count") or 0),
-                   int(newest[0][1]) if newest else 0)
+    # the cluster too: another etcd (or one rebuilt) numbers its revisions anew
+    fingerprint = (int(reply.get("count") or 0), int(newest[0][1]) if newest else 0,
+                   str((reply.get("header") or {}).get("cluster_id", "")))
     if known is not None and tuple(known.fingerprint) == fingerprint:
         return known, len(newest)
     keys, _ = _range(connection, prefix, keys=True, prefix=True)

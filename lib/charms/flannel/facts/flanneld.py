@@ -51,6 +51,10 @@ def version_tuple(version: Optional[str]) -> Optional[tuple[int, int, int]]:
 HEALTHZ_IP = "127.0.0.1"
 HEALTHZ_PORT = 8474
 READYZ_SINCE = (0, 28, 9)
+# A flanneld started less than this long ago is not asked: it answers once
+# it leased and wrote its rules (a second or two), and a hook that just
+# (re)started it would otherwise show it not ready until the next hook.
+READY_GRACE = 60
 
 
 def offers_readyz(version: Optional[str]) -> bool:
@@ -112,7 +116,16 @@ def has_compaction_loop(version: Optional[str]) -> bool:
     return any(d.reference == "flannel-io/flannel#2470" for d in defects_of(version))
 
 
+# the line every flanneld logs as it starts (v0.11 to v0.28.10)
+STARTED = "Installing signal handlers"
+
+
 def stuck_on_compaction(tail: list[str]) -> bool:
     """Whether the last lines of flanneld's journal show its etcd watch
-    retrying a compacted revision without end."""
-    return sum(COMPACTED in line for line in tail[-JOURNAL_TAIL:]) >= STUCK_AT
+    retrying a compacted revision without end (lines before its last start
+    are a previous run's)."""
+    lines = tail[-JOURNAL_TAIL:]
+    starts = [n for n, line in enumerate(lines) if STARTED in line]
+    if starts:
+        lines = lines[starts[-1]:]
+    return sum(COMPACTED in line for line in lines) >= STUCK_AT

@@ -24,8 +24,8 @@ WAITING_FOR_SERVICE = "Waiting for flannel.service to start."
 SERVICE_FAILING = "flannel.service is failing: flanneld exited after start (journalctl -u flannel)"
 WAITING_FOR_CNI = "Waiting for the principal on the cni relation."
 NEGOTIATING = "Negotiating flannel network subnet."
-NOT_READY = (f"flanneld is not ready ({HEALTHZ_IP}:{HEALTHZ_PORT}/readyz): its rules or "
-             "subnet.env are not in place")
+NOT_READY = (f"flanneld is not ready: {HEALTHZ_IP}:{HEALTHZ_PORT}/readyz did not answer 200 "
+             "(journalctl -u flannel)")
 INSTALLING = "Installing flannel."
 SERIES_UPGRADE = "Series upgrade in progress"
 RECORD_ADVICE = "no file is changed; remove and re-add flannel (unproven files stay)"

@@ -23,7 +23,7 @@ from ..adapters.install_record import InstallRecord
 from ..adapters.machine import Machine
 from ..adapters.systemd import Systemd
 from ..facts import host_network
-from ..facts.flanneld import offers_readyz
+from ..facts.flanneld import READY_GRACE, offers_readyz
 from ..facts.netconfig import NetworkConfig
 from ..facts.options import InvalidOption, NetworkOptions, parse_options
 from ..facts.paths import SERVICE_NAME, Paths, install_record_dir
@@ -177,8 +177,11 @@ class HookContext:
     @functools.cached_property
     def flanneld_ready(self) -> Optional[bool]:
         """Whether flanneld's /readyz answers 200, asked once; None where the
-        installed flanneld offers no /readyz (before v0.28.9)."""
-        if not offers_readyz(self.state.flanneld_version):
+        installed flanneld offers no /readyz (before v0.28.9), or where the
+        charm started it less than READY_GRACE seconds ago."""
+        started = self.state.flanneld_started
+        if not offers_readyz(self.state.flanneld_version) or (
+                started is not None and self.clock() - started < READY_GRACE):
             return None
         return health.ready(self.machine)
 

@@ -67,9 +67,7 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
     first. Never raises for etcd being away or refusing."""
     lease_of = own_lease(ctx)
     files = ctx.client_files
-    known = ctx.state.lease_list
-    if known is not None:
-        known = etcd_probe.LeaseList(tuple(known["fingerprint"]), tuple(known["subnets"]))
+    known = remembered_leases(ctx.state.lease_list)
     try:
         view = etcd_probe.look(parse_endpoints(connection_string), str(files.ca_file),
                                str(files.cert_file), str(files.key_file), lease_of=lease_of,
@@ -83,6 +81,15 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
     return EtcdHealth(answered=view.endpoint, config_missing=view.config is None,
                       lost_lease=lease_of if view.lease is False else None, unrouted=unrouted,
                       leases=view.leases)
+
+
+def remembered_leases(stored) -> Optional[etcd_probe.LeaseList]:
+    """The lease list update-status last saw, if it is one (else listed anew)."""
+    try:
+        return etcd_probe.LeaseList(tuple(stored["fingerprint"]),
+                                    tuple(str(s) for s in stored["subnets"]))
+    except (TypeError, KeyError):
+        return None
 
 
 def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:

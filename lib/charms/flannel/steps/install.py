@@ -7,10 +7,11 @@ from typing import Optional
 
 from ..adapters import resource
 from ..adapters.install_record import record_problem
+from ..facts.flanneld import offers_readyz
 from ..facts.paths import install_record_dir
 from ..facts.status import Problem
 from .context import HookContext
-from .flags import INSTALLED, RECORD_DAMAGED, SERVICE_RUNNING
+from .flags import INSTALLED, NRPE_CONFIGURED, RECORD_DAMAGED, SERVICE_RUNNING
 from .outcome import Outcome
 
 FLAG = INSTALLED
@@ -40,6 +41,8 @@ def run(ctx: HookContext) -> Outcome:
     if full:
         return out   # blocked; any later hook installs once there is room
     out.version = ctx.machine.flanneld_version(ctx.paths.flanneld)
+    if offers_readyz(out.version) != offers_readyz(ctx.state.flanneld_version):
+        out.clear(NRPE_CONFIGURED)   # the readiness check comes or goes in this hook
     ctx.state.flanneld_version = out.version
     # a new flanneld restarts it (its input digest)
     return out.clear(SERVICE_RUNNING).set(INSTALLED)
