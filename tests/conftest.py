@@ -1,7 +1,8 @@
 """The whole suite's conventions.
 
 - The charm's lib/ (charms.flannel) and the repo root (sandbox) are importable.
-- Tiers run cheapest first, whatever order pytest collected them in: unit,
+- Tiers run cheapest first, whatever order pytest collected them in (and
+  in the functional tier, the longest modules first): unit,
   handlers (the reactive module in-process), packaging, sandbox_juju (the
   emulated Juju), sandbox (its real parts), functional, integration. After
   a tier with a failure no later tier runs (FLANNEL_TEST_KEEP_GOING=1 runs
@@ -39,6 +40,14 @@ TIERS = ("unit", "handlers", "packaging", "sandbox_juju", "sandbox", "functional
 TIME_LIMITS = {"unit": 120, "handlers": 120, "packaging": 900, "sandbox_juju": 300, "sandbox": 900,
                "functional": 1500, "integration": 3600}
 KEEP_GOING_ENV = "FLANNEL_TEST_KEEP_GOING"
+# The functional modules that take longest on one worker (a module that
+# shares a cluster is one xdist group, run whole by one worker), handed out
+# first: pytest-xdist gives out work in collection order, and the longest
+# given last set the tier's end while the other workers idled (longest
+# first, by the session summary's timings of the everyday profile).
+LONGEST_FIRST = ("test_back_after_a_day_away.py", "test_two_machines_everyday_operations.py",
+                 "test_refresh_from_the_old_charm.py", "test_dual_stack.py",
+                 "test_the_charmcraft_packed_charm.py")
 
 
 def tier_of(item) -> str:
@@ -55,8 +64,14 @@ def pytest_report_header(config):
             f"scripts/test --full)")
 
 
+def _order(item) -> tuple[int, int]:
+    name = Path(str(item.fspath)).name
+    first = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    return TIERS.index(tier_of(item)), first
+
+
 def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: TIERS.index(tier_of(item)))  # stable: file order kept
+    items.sort(key=_order)  # stable: file order kept otherwise
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(TIME_LIMITS[tier_of(item)]))
