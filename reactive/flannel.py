@@ -13,8 +13,8 @@ from charmhelpers.core import hookenv
 from charms.reactive import clear_flag, get_flags, hook, is_flag_set, when, when_not
 
 from charms.flannel.hook import apply, context
-from charms.flannel.steps import (adoption, bridge, cni, etcd_look, flanneld, install, network,
-                                  nrpe, offload, status, teardown)
+from charms.flannel.steps import (adoption, bridge, cni, cos_agent, etcd_look, flanneld, install,
+                                  network, nrpe, offload, status, teardown)
 from charms.flannel.steps.flags import (CNI_CONFIGURED, CNI_JOINED, ETCD_AVAILABLE, ETCD_TLS,
                                         INSTALLED, NETWORK_CONFIGURED, NRPE_AVAILABLE,
                                         NRPE_CONFIGURED, RECORD_DAMAGED, SERIES_UPGRADE,
@@ -111,6 +111,12 @@ def update_nrpe_check():
 @when_not(NRPE_AVAILABLE)
 def remove_nrpe_check():
     apply(nrpe.remove(context()))
+
+
+@hook("cos-agent-relation-joined", "cos-agent-relation-changed", "upgrade-charm")
+def publish_to_cos_agent():
+    # the rules and dashboard are the charm's files: new ones come with a refresh
+    apply(cos_agent.run(context()))
 
 
 @hook("pre-series-upgrade")

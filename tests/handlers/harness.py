@@ -62,6 +62,7 @@ def charm_dir(root: Path) -> Path:
     for name in ("metadata.yaml", "config.yaml"):
         shutil.copy(REPO / name, charm / name)
     shutil.copytree(REPO / "templates", charm / "templates")
+    shutil.copytree(REPO / "cos", charm / "cos")
     shutil.copytree(REPO / "reactive", charm / "reactive",
                     ignore=shutil.ignore_patterns("__pycache__"))
     for interface in ("etcd", "kubernetes-cni", "nrpe-external-master"):
@@ -198,6 +199,7 @@ class Unit:
         env = {"JUJU_UNIT_NAME": self.juju.unit, "CHARM_DIR": str(self.charm),
                "JUJU_CHARM_DIR": str(self.charm), "JUJU_HOOK_NAME": name,
                "JUJU_MODEL_NAME": "handlers", "UNIT_STATE_DB": str(self.db),
+               "JUJU_MODEL_UUID": "1a2b3c4d-0000-4000-8000-000000000000",
                "JUJU_RELATION_ID": relation, "JUJU_REMOTE_UNIT": remote,
                "JUJU_AVAILABILITY_ZONE": "", "JUJU_VERSION": "3.6.0"}
         with _hook_process(env, self), self._machine():

@@ -65,6 +65,14 @@ class HookJuju:
     def cni_relation_ids(self) -> list[str]:
         return [relation.relation_id for relation in endpoint_from_name("cni").relations]
 
+    def cos_agent_relation_ids(self) -> list[str]:
+        return hookenv.relation_ids("cos-agent")
+
+    def topology(self) -> tuple[str, str, str]:
+        """(model name, model uuid, application name) of this unit."""
+        return (hookenv.model_name(), hookenv.model_uuid(),
+                hookenv.local_unit().split("/")[0])
+
     def bind_addresses(self, endpoint: str) -> list[dict]:
         return hookenv.network_get(endpoint).get("bind-addresses") or []
 
@@ -87,6 +95,10 @@ class HookJuju:
             endpoint_from_name("cni").set_config(cidr=cidr, cni_conf_file=conf_file)
         if outcome.version:
             hookenv.application_version_set(outcome.version)
+        if outcome.cos_agent is not None:
+            for rid in self.cos_agent_relation_ids():
+                hookenv.relation_set(relation_id=rid,
+                                     relation_settings={"config": outcome.cos_agent})
 
     def set_status(self, state: str, message: str, *, unless_unchanged: bool) -> None:
         """status-set, but an idle hook skips one that would change nothing

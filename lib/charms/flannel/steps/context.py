@@ -58,6 +58,10 @@ class Juju(Protocol):
 
     def cni_relation_ids(self) -> list[str]: ...
 
+    def cos_agent_relation_ids(self) -> list[str]: ...
+
+    def topology(self) -> tuple[str, str, str]: ...   # (model, model uuid, application)
+
     def bind_addresses(self, endpoint: str) -> list[dict]: ...   # network-get; may raise
 
     def resource_path(self, name: str) -> Optional[str]: ...

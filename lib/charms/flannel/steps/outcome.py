@@ -19,6 +19,7 @@ class Outcome:
     publish: Optional[tuple[str, str]] = None
     version: Optional[str] = None          # the application's workload version
     status: Optional[Status] = None        # set as is (the stop hook's last word)
+    cos_agent: Optional[str] = None        # the `config` value for every cos-agent relation
 
     def set(self, *flags: str) -> "Outcome":
         self.set_flags += flags
