@@ -51,10 +51,11 @@ def version_tuple(version: Optional[str]) -> Optional[tuple[int, int, int]]:
 HEALTHZ_IP = "127.0.0.1"
 HEALTHZ_PORT = 8474
 READYZ_SINCE = (0, 28, 9)
-# A flanneld started less than this long ago is not asked: it answers once
-# it leased and wrote its rules (a second or two), and a hook that just
-# (re)started it would otherwise show it not ready until the next hook.
-READY_GRACE = 60
+# A flanneld started less than this many seconds ago is not asked: it
+# answers once it leased and wrote its rules (v0.28.10: within two seconds
+# of its start when etcd answers), and a hook that just (re)started it would
+# otherwise show it not ready until the next hook.
+READY_GRACE = 10
 
 
 def offers_readyz(version: Optional[str]) -> bool:
