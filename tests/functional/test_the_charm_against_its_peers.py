@@ -93,6 +93,20 @@ def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_c
     assert check.returncode == 0 and "200 OK" in check.stdout, check.stdout + check.stderr
     assert published["monitors"]["remote"]["nrpe"]["flannel-ready"] == {
         "command": "check_flannel-ready"}
+    written = machine.path_on_host(CHECK_FILE).stat().st_mtime_ns
+    calls = len(ctl.tool_calls(unit))
+    ctl.fire(unit, "config-changed")
+    idle(cluster)
+    hooks_calls = ctl.tool_calls(unit)[calls:]
+    assert {c["hook"] for c in hooks_calls} >= {"config-changed", "update-status"}
+    assert [c for c in hooks_calls if c["tool"] == "relation-set"] == []
+    assert machine.path_on_host(CHECK_FILE).stat().st_mtime_ns == written
+    # A nagios option is an input: the check is written (and published) again.
+    calls = len(ctl.tool_calls(unit))
+    cluster.configure(nagios_servicegroups="flannel-group")
+    assert [c for c in ctl.tool_calls(unit)[calls:] if c["tool"] == "relation-set"]
+    assert machine.path_on_host(CHECK_FILE).stat().st_mtime_ns != written
+
     # A hung flanneld (SIGSTOP: systemd still says active) is not ready: the
     # check goes critical and the unit is not active until it answers again.
     [pid] = cluster.flanneld_pids("m1")
@@ -112,20 +126,6 @@ def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_c
     idle(cluster)
     assert cluster.workload(unit)[0] == "active", cluster.workload(unit)
     assert cluster.flanneld_pids("m1") == [pid]
-
-    written = machine.path_on_host(CHECK_FILE).stat().st_mtime_ns
-    calls = len(ctl.tool_calls(unit))
-    ctl.fire(unit, "config-changed")
-    idle(cluster)
-    hooks_calls = ctl.tool_calls(unit)[calls:]
-    assert {c["hook"] for c in hooks_calls} >= {"config-changed", "update-status"}
-    assert [c for c in hooks_calls if c["tool"] == "relation-set"] == []
-    assert machine.path_on_host(CHECK_FILE).stat().st_mtime_ns == written
-    # A nagios option is an input: the check is written (and published) again.
-    calls = len(ctl.tool_calls(unit))
-    cluster.configure(nagios_servicegroups="flannel-group")
-    assert [c for c in ctl.tool_calls(unit)[calls:] if c["tool"] == "relation-set"]
-    assert machine.path_on_host(CHECK_FILE).stat().st_mtime_ns != written
 
     ctl.remove_relation("flannel:nrpe-external-master", "nrpe:nrpe-external-master")
     cluster.settle()

@@ -363,75 +363,8 @@ def test_new_etcd_client_certificate_is_picked_up_and_flanneld_restarted(two):
     assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
-def test_upgrade_charm_restarts_flanneld_only_for_a_new_binary(
-        two, built_charm, resource, previous_resource, tmp_path):
-    """A newer build of the charm with a new resource revision whose flanneld
-    is the same bytes leaves flanneld running and every echo answered. The
-    previous resource (flanneld v0.27.4) attached runs, named with its known
-    defects; the current one (v0.28.10) attached back restarts flanneld once
-    per node with every echo answered, and pods old and new talk. The failure
-    this guards: after a refresh and a remove/add of the newer build, new
-    pods got no address ("open /run/flannel/subnet.env: no such file or
-    directory")."""
-    newer = tmp_path / "flannel"
-    shutil.copytree(built_charm, newer, symlinks=True)
-    (newer / "NEWER-BUILD").write_text("a newer build of this charm\n")
-    pods = pods_everywhere(two)
-    pids = {m: two.flanneld_pids(m) for m in MACHINES}
-    assert all(pids.values()), f"flanneld is not running: {pids}"
-
-    same = repack_resource(resource, tmp_path / "same", extra_member="NOTICE")
-    assert same.read_bytes() != resource.read_bytes()
-    with two.timings.phase("upgrade-charm, newer build, same flanneld", two.say), \
-            two.pinging(pods["m1"], pods["m2"].address) as during:
-        two.upgrade_flannel(same, charm_dir=newer)
-        two.wait_for_flannel(timeout=120)
-    two.say(f"   while upgrading: {during}")
-    # every echo answered (a reply a loaded host delays still counts)
-    assert during.lost == 0, f"echoes lost while flanneld kept running: {during}"
-    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, \
-        "flanneld restarted although its binary did not change"
-
-    with two.timings.phase("upgrade-charm, the previous resource (v0.27.4)", two.say):
-        two.upgrade_flannel(previous_resource, charm_dir=newer)
-        two.wait_for_flannel(timeout=120)
-    for m in MACHINES:
-        assert two.machines[m].read_file("/usr/local/bin/flanneld") == \
-            member(previous_resource, "flanneld"), f"{m} does not run flanneld v0.27.4"
-        subnet = two.subnet_env(m)["FLANNEL_SUBNET"]
-        assert two.workload(two.unit_on(m)) == (
-            "active", f"Flannel subnet {subnet}; flanneld v0.27.4: its etcd watch loops after a "
-                      "compaction; it panics recreating a lost vxlan device (fixed in v0.28.9)")
-    assert_ping_both_ways(pods["m1"], pods["m2"])
-
-    starts = {m: flanneld_starts(two, m) for m in MACHINES}
-    with two.timings.phase("upgrade-charm, v0.27.4 -> v0.28.10", two.say), \
-            two.pinging(pods["m1"], pods["m2"].address) as during:
-        two.upgrade_flannel(resource, charm_dir=newer)
-        two.wait_for_flannel(timeout=120)
-    two.say(f"   while refreshing flanneld: {during}")
-    assert during.lost == 0, f"echoes lost while flanneld was refreshed: {during}"
-    for m in MACHINES:
-        assert two.machines[m].read_file("/usr/local/bin/flanneld") == \
-            member(resource, "flanneld"), f"{m} does not run the new flanneld"
-        assert flanneld_starts(two, m) == starts[m] + 1, f"{m}: flanneld started more than once"
-        assert two.workload(two.unit_on(m))[1] == \
-            f"Flannel subnet {two.subnet_env(m)['FLANNEL_SUBNET']}"
-    assert_ping_both_ways(pods["m1"], pods["m2"])
-    new = pods_everywhere(two)
-    assert_ping_both_ways(new["m1"], new["m2"])
-    assert plugin_differences(two.worker_plugins_before, all_plugin_bytes(two),
-                              flannel_running=True) == []
-    assert two.failed_hooks() == [], two.failed_hooks()
-
-
-def flanneld_starts(cluster, machine: str) -> int:
-    """How many times flanneld started on `machine` (its journal's start lines)."""
-    journal = cluster.machines[machine].read_file(FLANNELD_JOURNAL) or b""
-    return journal.count(b"Installing signal handlers")
-
-
 COMPACTED = b"required revision has been compacted"
+FLANNELD = "/usr/local/bin/flanneld"
 
 
 def compaction_played(two, pods, seconds: float) -> dict:
@@ -461,7 +394,8 @@ def test_etcd_compaction_under_each_flanneld(two, previous_resource):
     off: the pods keep talking and new pods start (nothing flanneld did is
     undone), but it would see no lease event again; the next update-status
     names it and restarts flanneld, which then logs no more of it. Without
-    that step the v0.27.4 journal kept growing after update-status."""
+    that step the v0.27.4 journal kept growing after update-status.
+    It leaves the units on v0.27.4, where the next test starts."""
     pods = pods_everywhere(two)
     pids = {m: two.flanneld_pids(m) for m in MACHINES}
     current = compaction_played(two, pods, seconds=4)
@@ -493,5 +427,71 @@ def test_etcd_compaction_under_each_flanneld(two, previous_resource):
     for m in MACHINES:
         after = (two.machines[m].read_file(FLANNELD_JOURNAL) or b"")[sizes[m]:]
         assert COMPACTED not in after, f"{m}: flanneld still loops after its restart"
-    # (the module's last test: it leaves the units active on v0.27.4)
     assert two.failed_hooks() == [], two.failed_hooks()
+
+
+def upgraded_while_pinging(two, pods, tarball, charm_dir, label: str):
+    """`juju refresh` with `tarball` attached, pods on m1 pinging m2's
+    throughout: the Pinger (sent, lost, ...)."""
+    with two.timings.phase(label, two.say), \
+            two.pinging(pods["m1"], pods["m2"].address) as during:
+        two.upgrade_flannel(tarball, charm_dir=charm_dir)
+        two.wait_for_flannel(timeout=120)
+    two.say(f"   while {label}: {during}")
+    return during
+
+
+def test_upgrade_charm_restarts_flanneld_only_for_a_new_binary(
+        two, built_charm, resource, previous_resource, tmp_path):
+    """From the previous resource (flanneld v0.27.4, named in the status
+    with its known defects): a newer build of the charm with a new resource
+    revision whose flanneld is the same bytes leaves flanneld running and
+    every echo answered; the current resource (v0.28.10) restarts flanneld
+    once per node with every echo answered, and pods old and new talk. The
+    failure this guards: after a refresh and a remove/add of the newer
+    build, new pods got no address ("open /run/flannel/subnet.env: no such
+    file or directory")."""
+    if two.machines["m1"].read_file(FLANNELD) != member(previous_resource, "flanneld"):
+        two.upgrade_flannel(previous_resource)   # run alone: the compaction test leaves it
+        two.wait_for_flannel(timeout=120)
+    newer = tmp_path / "flannel"
+    shutil.copytree(built_charm, newer, symlinks=True)
+    (newer / "NEWER-BUILD").write_text("a newer build of this charm\n")
+    pods = pods_everywhere(two)
+    pids = {m: two.flanneld_pids(m) for m in MACHINES}
+    assert all(pids.values()), f"flanneld is not running: {pids}"
+
+    same = repack_resource(previous_resource, tmp_path / "same", extra_member="NOTICE")
+    assert same.read_bytes() != previous_resource.read_bytes()
+    during = upgraded_while_pinging(two, pods, same, newer, "upgrade-charm, the same flanneld")
+    # every echo answered (a reply a loaded host delays still counts)
+    assert during.lost == 0, f"echoes lost while flanneld kept running: {during}"
+    assert {m: two.flanneld_pids(m) for m in MACHINES} == pids, \
+        "flanneld restarted although its binary did not change"
+    for m in MACHINES:
+        subnet = two.subnet_env(m)["FLANNEL_SUBNET"]
+        assert two.workload(two.unit_on(m)) == (
+            "active", f"Flannel subnet {subnet}; flanneld v0.27.4: its etcd watch loops after a "
+                      "compaction; it panics recreating a lost vxlan device (fixed in v0.28.9)")
+
+    starts = {m: flanneld_starts(two, m) for m in MACHINES}
+    during = upgraded_while_pinging(two, pods, resource, newer, "refreshing v0.27.4 -> v0.28.10")
+    assert during.lost == 0, f"echoes lost while flanneld was refreshed: {during}"
+    for m in MACHINES:
+        assert two.machines[m].read_file(FLANNELD) == member(resource, "flanneld"), \
+            f"{m} does not run the new flanneld"
+        assert flanneld_starts(two, m) == starts[m] + 1, f"{m}: flanneld started more than once"
+        assert two.workload(two.unit_on(m))[1] == \
+            f"Flannel subnet {two.subnet_env(m)['FLANNEL_SUBNET']}"
+    assert_ping_both_ways(pods["m1"], pods["m2"])
+    new = pods_everywhere(two)
+    assert_ping_both_ways(new["m1"], new["m2"])
+    assert plugin_differences(two.worker_plugins_before, all_plugin_bytes(two),
+                              flannel_running=True) == []
+    assert two.failed_hooks() == [], two.failed_hooks()
+
+
+def flanneld_starts(cluster, machine: str) -> int:
+    """How many times flanneld started on `machine` (its journal's start lines)."""
+    journal = cluster.machines[machine].read_file(FLANNELD_JOURNAL) or b""
+    return journal.count(b"Installing signal handlers")

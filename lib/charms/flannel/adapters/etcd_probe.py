@@ -45,6 +45,18 @@ class LeaseList:
     fingerprint: tuple
     subnets: tuple[str, ...]
 
+    def as_stored(self) -> dict:
+        """The list as the unit's key-value store keeps it (JSON)."""
+        return {"fingerprint": list(self.fingerprint), "subnets": list(self.subnets)}
+
+    @classmethod
+    def from_stored(cls, stored) -> Optional["LeaseList"]:
+        """as_stored()'s value back; None for anything else (listed anew)."""
+        try:
+            return cls(tuple(stored["fingerprint"]), tuple(str(s) for s in stored["subnets"]))
+        except (TypeError, KeyError):
+            return None
+
 
 @dataclass(frozen=True)
 class EtcdView:

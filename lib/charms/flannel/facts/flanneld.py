@@ -23,8 +23,8 @@ def version_in(output: str) -> Optional[str]:
 
 def of_the_v2_era(version: Optional[str]) -> bool:
     """Whether a flanneld version ("v0.11.0") is of etcd v2's era."""
-    match = re.match(r"v?(\d+)\.(\d+)", version or "")
-    return bool(match) and (int(match.group(1)), int(match.group(2))) < V2_ERA_BEFORE
+    parsed = version_tuple(version)
+    return parsed is not None and parsed[:2] < V2_ERA_BEFORE
 
 
 def inputs_digest(checksums: Iterable[Optional[str]], network_config: dict) -> str:

@@ -67,7 +67,7 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
     first. Never raises for etcd being away or refusing."""
     lease_of = own_lease(ctx)
     files = ctx.client_files
-    known = remembered_leases(ctx.state.lease_list)
+    known = etcd_probe.LeaseList.from_stored(ctx.state.lease_list)
     try:
         view = etcd_probe.look(parse_endpoints(connection_string), str(files.ca_file),
                                str(files.cert_file), str(files.key_file), lease_of=lease_of,
@@ -83,15 +83,6 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
                       leases=view.leases)
 
 
-def remembered_leases(stored) -> Optional[etcd_probe.LeaseList]:
-    """The lease list update-status last saw, if it is one (else listed anew)."""
-    try:
-        return etcd_probe.LeaseList(tuple(stored["fingerprint"]),
-                                    tuple(str(s) for s in stored["subnets"]))
-    except (TypeError, KeyError):
-        return None
-
-
 def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     out = Outcome()
     etcd = ctx.juju.etcd()
@@ -102,8 +93,7 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     if seen.answered:
         ctx.state.etcd_answered = seen.answered
     if seen.leases is not None:
-        ctx.state.lease_list = {"fingerprint": list(seen.leases.fingerprint),
-                                "subnets": list(seen.leases.subnets)}
+        ctx.state.lease_list = seen.leases.as_stored()
     if seen.config_missing:
         out.say("etcd holds no flannel network config (rebuilt?): writing it again", True)
         out.clear(NETWORK_CONFIGURED)
