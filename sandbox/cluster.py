@@ -562,6 +562,19 @@ class Cluster:
         """The MTU of the network the machines (and etcd) share: every link on it."""
         self.network.set_mtu(mtu)
 
+    def narrow_path_to(self, machine: str, mtu: int) -> None:
+        """The path to `machine` carries frames of at most `mtu` bytes, and
+        drops bigger ones without a word, as a link or tunnel in between
+        narrower than the nodes' interfaces does (an MTU black hole); the
+        nodes' own interfaces keep theirs. 1500 restores it."""
+        self.network.set_port_mtu(machine, mtu)
+
+    def run_action(self, unit: str, action: str, **params):
+        """`juju run UNIT ACTION key=value...` (sandbox.juju ActionResult);
+        underscores in parameter names stand for dashes."""
+        return self.controller.run_action(
+            unit, action, {key.replace("_", "-"): value for key, value in params.items()})
+
     def vxlan_links(self, machine: str) -> dict[str, dict]:
         """flanneld's vxlan devices in `machine` (it names them flannel.<VNI>:
         flannel.1 by default), as `ip -d -j link show` describes them:
@@ -672,15 +685,17 @@ class Cluster:
                    str(pki.client_cert), str(pki.client_key), prefix], timeout=30).stdout
         return {key: (value, version) for key, (value, version) in json.loads(out).items()}
 
-    def expire_leases(self) -> list[str]:
+    def expire_leases(self, subnet: str = "") -> list[str]:
         """Every node's lease leaves etcd, as when a day passes without
         flanneld renewing it (a lease lives 24 h), in etcd's v2 keyspace
-        too: the keys deleted ("v2:" before a v2 one)."""
+        too; with `subnet` ("10.1.52.0/24"), that lease only: the keys
+        deleted ("v2:" before a v2 one)."""
         pki = self.etcd.pki
         host, port = self.etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)
+        prefix = f"{NETWORK_PREFIX}/subnets/" + subnet.replace("/", "-")
         out = run(["ip", "netns", "exec", self.network.netns_for(ETCD), sys.executable,
                    "-c", _ETCD_DELETE, host.strip("[]"), port, str(pki.ca_cert),
-                   str(pki.client_cert), str(pki.client_key), f"{NETWORK_PREFIX}/subnets/"],
+                   str(pki.client_cert), str(pki.client_key), prefix],
                   timeout=30).stdout
         return json.loads(out)
 

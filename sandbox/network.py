@@ -523,6 +523,12 @@ class TestNetwork:
                 run(["ip", "-n", self._attached[name].netns, "link", "set", ifname, "mtu",
                      str(mtu)])
 
+    def set_port_mtu(self, name: str, mtu: int) -> None:
+        """The MTU of `name`'s port on its segment's bridge: the bridge drops
+        frames to and from `name` bigger than that, silently."""
+        run(["ip", "-n", self.switch, "link", "set", self.attachment(name).port, "mtu",
+             str(mtu)])
+
     def detach(self, name: str) -> None:
         att = self._attached.pop(name, None)
         if att is not None:

@@ -23,6 +23,7 @@ from .apps import EmulatedApp, EtcdApp, HookContext, KubernetesWorkerApp, NrpeAp
 from .controller import Controller, SettleError
 from .executors import Executor, LocalExecutor, MachineExecutor, UnshareExecutor
 from .model import Model, ModelError, StateFile
+from .operations import ActionResult
 from .principals import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp
 
 __all__ = [
@@ -30,5 +31,5 @@ __all__ = [
     "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp",
     "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp", "NrpeApp",
     "Executor", "LocalExecutor", "MachineExecutor", "UnshareExecutor",
-    "Model", "ModelError", "StateFile",
+    "Model", "ModelError", "StateFile", "ActionResult",
 ]

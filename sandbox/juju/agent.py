@@ -33,15 +33,16 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/
 MISSING_MARK = b"SANDBOX-JUJU-HOOK-MISSING"
 NO_CHARM_MARK = b"SANDBOX-JUJU-NO-CHARM-DIR"
 
-# $1 charm dir, $2 hook name, $3 stdout file, $4 stderr file
+# $1 charm dir, $2 what Juju would dispatch (hooks/<hook>, actions/<action>),
+# $3 stdout file, $4 stderr file
 HOOK_WRAPPER = r'''
 cd "$1" 2>/dev/null || { echo SANDBOX-JUJU-NO-CHARM-DIR; exit 0; }
-charm=$1 hook=$2 out=$3 err=$4
+charm=$1 path=$2 out=$3 err=$4
 if [ -e "$charm/dispatch" ]; then
     exec "$charm/dispatch" </dev/null >"$out" 2>"$err"
 fi
-if [ -e "$charm/hooks/$hook" ]; then
-    exec "$charm/hooks/$hook" </dev/null >"$out" 2>"$err"
+if [ -e "$charm/$path" ]; then
+    exec "$charm/$path" </dev/null >"$out" 2>"$err"
 fi
 echo SANDBOX-JUJU-HOOK-MISSING
 '''
@@ -243,7 +244,7 @@ class UnitAgent:
         safe = context_id.replace("/", "-")
         out = os.path.join(self.run_dir, safe + ".out")
         err = os.path.join(self.run_dir, safe + ".err")
-        argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], hook, out, err]
+        argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], f"hooks/{hook}", out, err]
         started = time.time()
         t0 = time.monotonic()
         killed_after = None
@@ -281,6 +282,33 @@ class UnitAgent:
             run.skipped = True
         self._log_output(unit, hook, stdout, stderr, run)
         return run
+
+    def run_action(self, executor, data: dict, unit: dict, action: str, context_id: str,
+                   machine: dict | None = None) -> tuple[int | None, bytes, bytes]:
+        """Run one action as Juju 3's uniter does: dispatch (or
+        actions/<name>) with JUJU_DISPATCH_PATH=actions/<name> and the
+        JUJU_ACTION_* variables, no JUJU_HOOK_NAME. Returns (exit code, None
+        when the charm has no such action; stdout; stderr)."""
+        env = self.hook_env(data, unit, "", context_id, {}, machine)
+        del env["JUJU_HOOK_NAME"]
+        action_id = context_id.rsplit("-", 1)[-1]
+        env.update({"JUJU_DISPATCH_PATH": f"actions/{action}", "JUJU_ACTION_NAME": action,
+                    "JUJU_ACTION_UUID": action_id, "JUJU_ACTION_TAG": f"action-{action_id}"})
+        safe = context_id.replace("/", "-")
+        out = os.path.join(self.run_dir, safe + ".out")
+        err = os.path.join(self.run_dir, safe + ".err")
+        argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], f"actions/{action}",
+                out, err]
+        try:
+            cp = executor.run(argv, env=env, timeout=self.timeout)
+            rc, wrapper_out, wrapper_err = cp.returncode, cp.stdout or b"", cp.stderr or b""
+        except subprocess.TimeoutExpired:
+            rc, wrapper_out = -9, b""
+            wrapper_err = f"action timed out after {self.timeout}s".encode()
+        stdout, stderr = _read_and_remove(out), _read_and_remove(err) + wrapper_err
+        if MISSING_MARK in wrapper_out or NO_CHARM_MARK in wrapper_out:
+            rc = None
+        return rc, stdout, stderr
 
     def _run_killed(self, executor, argv, env, kill_after: float, t0: float):
         """Start the hook in a process group of its own, SIGKILL the group

@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -801,25 +802,73 @@ def cmd_opened_ports(ctx, opts, args):
     write_output(ctx, ports, opts)
 
 
-# -- actions / reboot: not available in the sandbox hooks -------------------------
+# -- actions (Juju 3's jujuc action-get/set/fail/log) -------------------------
+# action-set's keys: lowercase letters, digits and dashes, dotted for nesting
+# (juju/worker/uniter/runner/jujuc/action-set.go); Juju itself sets these.
+ACTION_KEY = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
+RESERVED_ACTION_KEYS = ("stdout", "stdout-encoding", "stderr", "stderr-encoding")
+
+
+def _action(ctx, data: dict) -> dict:
+    action = (ctx.hook_context(data) or {}).get("action")
+    if action is None:
+        raise Failure("not running an action")
+    return action
+
+
 @command("action-get", [FORMAT, OUTPUT], "[<key>[.<key>.]*]", "Get action parameters.")
 def cmd_action_get(ctx, opts, args):
-    raise Failure("not running an action")
+    if len(args) > 1:
+        raise Usage(f"unrecognized args: {json.dumps(args[1:])}")
+    value = _action(ctx, ctx.state.read())["params"]
+    for key in args[0].split(".") if args else ():
+        value = value.get(key) if isinstance(value, dict) else None
+    write_output(ctx, value, opts)
 
 
 @command("action-set", [], "<key>=<value> [<key>=<value> ...]", "Set action results.")
 def cmd_action_set(ctx, opts, args):
-    raise Failure("not running an action")
+    if not args:
+        raise Usage("no key=value pairs specified")
+    pairs = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if not eq:
+            raise Usage(f'argument "{arg}" must be of the form key...=value')
+        parts = key.split(".")
+        for part in parts:
+            if not ACTION_KEY.match(part):
+                raise Usage(f'key "{part}" must start and end with lowercase alphanumeric, '
+                            "and contain only lowercase alphanumeric, hyphens and periods")
+        if parts[0] in RESERVED_ACTION_KEYS:
+            raise Usage(f'cannot set reserved action key "{parts[0]}"')
+        pairs.append((parts, value))
+    with ctx.transaction() as data:
+        results = _action(ctx, data)["results"]
+        for parts, value in pairs:
+            bag = results
+            for part in parts[:-1]:
+                if not isinstance(bag.get(part), dict):
+                    bag[part] = {}
+                bag = bag[part]
+            bag[parts[-1]] = value
 
 
 @command("action-fail", [], "[\"<failure message>\"]", "Set action fail status with message.")
 def cmd_action_fail(ctx, opts, args):
-    raise Failure("not running an action")
+    if len(args) > 1:
+        raise Usage(f"unrecognized args: {json.dumps(args[1:])}")
+    with ctx.transaction() as data:
+        _action(ctx, data)["failed"] = args[0] if args else \
+            "action failed without reason given"
 
 
 @command("action-log", [], "<message>", "Record a progress message for the current action.")
 def cmd_action_log(ctx, opts, args):
-    raise Failure("not running an action")
+    if not args:
+        raise Usage("no message specified")
+    with ctx.transaction() as data:
+        _action(ctx, data)["log"].append(" ".join(args))
 
 
 @command("juju-reboot",
@@ -834,7 +883,7 @@ def cmd_juju_reboot(ctx, opts, args):
 # entry point
 # --------------------------------------------------------------------------
 
-REDACT_VALUES = ("relation-set", "leader-set")
+REDACT_VALUES = ("relation-set", "leader-set", "action-set")
 
 
 def _log_invocation(env, name, argv, rc):

@@ -14,11 +14,13 @@ _hook_entry(), _commit() and queue.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 
 from . import model as _model
 from .executors import MachineExecutor, as_executor
+from .hooktools import append_unit_log
 from .model import Model, ModelError, timestamp as _now
 
 
@@ -616,6 +618,59 @@ class ModelOperations:
                     self._commit(Model(data), unit, ctx)
         return cp
 
+    def run_action(self, unit: str, action: str, params: dict | None = None) -> ActionResult:
+        """`juju run UNIT ACTION key=value...` (Juju 3; `juju run-action
+        --wait` on 2.9): the parameters checked against the charm's
+        actions.yaml and its defaults filled in, then the action run in the
+        unit's context (action-get/set/fail/log work; relation data and
+        status it writes are not kept, as the action is not a hook) while no
+        hook runs (call it between settles). A refused action (unknown, bad
+        parameters) raises ModelError; a failed one returns status "failed"."""
+        m = self.model()
+        rec = m.unit(unit)
+        app = m.app(rec["app"])
+        if app["kind"] != "charm":
+            raise ModelError(f"{unit} is an emulated unit: it has no actions")
+        spec_path = os.path.join(app["charm-dir"], "actions.yaml")
+        spec = (_yaml_load(spec_path) if os.path.exists(spec_path) else {}).get(action)
+        if spec is None:
+            raise ModelError(f'action "{action}" not defined on unit "{unit}"')
+        values = action_params(action, spec, params or {})
+        context_id = f"{unit}-{action}-{uuid.uuid4().int % 10**18}"
+        with self.state.transaction() as data:
+            data["contexts"][context_id] = {
+                "unit": unit, "hook": None, "relation-id": None, "writes": {},
+                "app-version": None, "ports": {"open": [], "close": []},
+                "action": {"name": action, "params": values, "results": {},
+                           "failed": None, "log": []}}
+            model_info = {"model": dict(data["model"])}
+            machine = data["machines"].get(str(rec.get("machine")))
+        try:
+            rc, stdout, stderr = self.agent.run_action(self.executor_for(unit), model_info, rec,
+                                                       action, context_id, machine)
+        finally:
+            with self.state.transaction() as data:
+                ctx = data["contexts"].pop(context_id, None)
+        done = ctx["action"]
+        results = dict(done["results"])
+        if rc is None:
+            raise ModelError(f'charm of {unit} declares "{action}" but has no actions/{action}')
+        results["return-code"] = rc
+        for key, text in (("stdout", stdout), ("stderr", stderr)):
+            if text:
+                results[key] = text.decode("utf-8", "replace")
+        if done["failed"] is not None:
+            status, message = "failed", done["failed"]
+        elif rc != 0:
+            status, message = "failed", f"exit status {rc}"
+        else:
+            status, message = "completed", ""
+        run = ActionResult(unit=unit, action=action, params=values, status=status,
+                           message=message, results=results, log=list(done["log"]))
+        append_unit_log(self.model(), unit, f'INFO juju.worker.uniter.operation ran '
+                        f'"{action}" action (status {status})')
+        return run
+
 
 def endpoints_from_metadata(meta: dict) -> dict:
     eps = {}
@@ -656,3 +711,58 @@ def coerce_config(options: dict, values: dict) -> dict:
             raise ModelError(f'option "{k}" expected {typ}, got {v!r}') from None
         out[k] = v
     return out
+
+
+@dataclasses.dataclass
+class ActionResult:
+    """What `juju run` shows of one action: its status ("completed" or
+    "failed"), the message action-fail gave (or "exit status N"), the
+    results (action-set's, with Juju's return-code, stdout and stderr) and
+    action-log's messages."""
+    unit: str
+    action: str
+    params: dict
+    status: str
+    message: str
+    results: dict
+    log: list
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float),
+              "boolean": (bool,), "array": (list,), "object": (dict,)}
+
+
+def action_params(action: str, spec: dict, given: dict) -> dict:
+    """The parameters an action runs with: `given` checked against its
+    actions.yaml schema (types, enum, required, additionalProperties), the
+    schema's defaults filled in. Underscores in names stand for dashes."""
+    props = (spec or {}).get("params") or {}
+    values = {}
+    for name, value in given.items():
+        key = name.replace("_", "-") if name not in props else name
+        if key not in props and spec.get("additionalProperties", True) is False:
+            raise ModelError(f'action "{action}": additional property "{key}" is not allowed')
+        schema = props.get(key) or {}
+        kind = schema.get("type")
+        if kind in JSON_TYPES and (not isinstance(value, JSON_TYPES[kind]) or (
+                kind in ("integer", "number") and isinstance(value, bool))):
+            raise ModelError(f'action "{action}": {key}: expected {kind}, given '
+                             f'{type(value).__name__} {value!r}')
+        if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
+            raise ModelError(f'action "{action}": {key}: {value!r} is less than the '
+                             f'minimum {schema["minimum"]}')
+        if "enum" in schema and value not in schema["enum"]:
+            raise ModelError(f'action "{action}": {key}: {value!r} is not one of '
+                             f'{schema["enum"]}')
+        values[key] = value
+    for key, schema in props.items():
+        if key not in values and isinstance(schema, dict) and "default" in schema:
+            values[key] = schema["default"]
+    missing = [key for key in spec.get("required") or () if key not in values]
+    if missing:
+        raise ModelError(f'action "{action}": missing required parameters: {", ".join(missing)}')
+    return values

@@ -468,6 +468,16 @@ def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> N
     the hook name, stays the hook's path); it does not return. In the venv's
     python it puts ``lib/`` on sys.path and runs charms.reactive.
     """
+    _run_in_venv(charm_dir, hook_path, argv, "charms.reactive")
+
+
+def run_action(charm_dir: str, action_path: str, argv: list[str] | None = None) -> None:
+    """The body of every action (actions/<name>): as run_hook, then
+    charms.flannel.actions.main(), which takes the action from argv[0]."""
+    _run_in_venv(charm_dir, action_path, argv, "charms.flannel.actions")
+
+
+def _run_in_venv(charm_dir: str, hook_path: str, argv: list[str] | None, module: str) -> None:
     layout = Layout(charm_dir)
     argv = list(sys.argv if argv is None else argv)
     if _in_venv(layout.venv):
@@ -479,9 +489,7 @@ def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> N
         warnings.filterwarnings("ignore", message="pkg_resources is deprecated",
                                 category=UserWarning)
         sys.modules.setdefault("pkg_resources", EntryPointsOnly())
-        from charms.reactive import main
-
-        main()
+        importlib.import_module(module).main()
         return
     if os.environ.get(REEXEC_ENV):
         raise BootstrapError(

@@ -135,6 +135,19 @@ class NetworkStore:
                                 else str(meta["key"]), value)
                 for value, meta in items]
 
+    def lease_lifetimes(self) -> list[tuple[Lease, int | None]]:
+        """Every lease with the seconds its etcd lease has left (None for a
+        key bound to no etcd lease)."""
+        def read(client: etcd3gw.Etcd3Client) -> list[tuple[Lease, int | None]]:
+            found = []
+            for value, meta in client.get_prefix(self.subnets_prefix):
+                key = meta["key"].decode() if isinstance(meta["key"], bytes) else str(meta["key"])
+                lease_id = int(meta.get("lease") or 0)
+                ttl = etcd3gw.Lease(lease_id, client).ttl() if lease_id else None
+                found.append((Lease.from_etcd(key, value), ttl))
+            return found
+        return self._call(read)
+
     def create_lease(self, name: str, value: bytes, ttl: int) -> bool:
         """Put a lease at <prefix>/subnets/<name> ("10.1.52.0-24") that
         expires in `ttl` seconds, only if no lease is there (one etcd

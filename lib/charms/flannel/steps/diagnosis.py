@@ -1,0 +1,160 @@
+"""The check-network and list-leases actions: what etcd holds, and from this
+node, whether every other node's lease can be reached (facts/diagnosis.py
+says what the measurements mean). Both read only: no file, flag, key or
+rule changes.
+
+etcd is reached the way the stop hook reaches it: the endpoints the unit
+last wrote to and the client files on disk, so an action works in any
+state the unit is in, the etcd relation's hooks aside.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..adapters import probes
+from ..facts.diagnosis import Finding, PathProbe, Peer, diagnose, largest_crossing, summary
+from ..facts.etcd_keys import EtcdUnavailable, Lease
+from ..facts.netconfig import VXLAN
+from ..facts.paths import SERVICE_NAME
+from .context import HookContext
+
+# Probes in flight at once (each mostly waits for an answer)
+PARALLEL = 8
+# The size of the plain ping that answered: the MTU search starts from it
+PLAIN_PING = 84
+
+
+@dataclass
+class NetworkReport:
+    findings: list[Finding] = field(default_factory=list)
+    own_problems: list[str] = field(default_factory=list)   # this node's, before any probe
+
+    @property
+    def ok(self) -> bool:
+        return not self.own_problems and all(f.ok for f in self.findings)
+
+    @property
+    def summary(self) -> str:
+        return summary(self.findings, self.own_problems)
+
+    def as_results(self) -> dict:
+        out = {"summary": self.summary, "status": "ok" if self.ok else "broken",
+               "nodes-checked": str(len(self.findings))}
+        if self.findings:
+            out["nodes"] = {f.peer.key: f.as_results() for f in self.findings}
+        return out
+
+
+def peer_of(lease: Lease) -> Peer:
+    data = lease.attributes.get("BackendData")
+    return Peer(subnet=lease.subnet, public_ip=lease.public_ip or "",
+                backend=str(lease.attributes.get("BackendType") or VXLAN),
+                vtep_mac=data.get("VtepMAC") if isinstance(data, dict) else None)
+
+
+def etcd_lifetimes(ctx: HookContext) -> list[tuple[Lease, Optional[int]]]:
+    """Every lease and its seconds left; raises EtcdUnavailable."""
+    endpoints = ctx.state.etcd_endpoints
+    if not endpoints or not ctx.client_files.key_file.exists():
+        raise EtcdUnavailable("this unit has not written to etcd yet (no etcd relation?)")
+    with ctx.etcd_store(endpoints, timeout=5.0) as store:
+        return store.lease_lifetimes()
+
+
+def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
+    report = NetworkReport()
+    lease, confirmed = ctx.lease(), ctx.confirmed
+    if lease is None or confirmed is None:
+        report.own_problems.append(f"this node holds no lease: no {ctx.paths.subnet_env} "
+                                   "(flanneld has not leased a subnet here)")
+        return report
+    if not ctx.systemd.is_active(SERVICE_NAME):
+        report.own_problems.append("flanneld is not running here (journalctl -u flannel)")
+    own = str(lease.subnet.network)
+    try:
+        leases = [held for held, _ in etcd_lifetimes(ctx)]
+    except EtcdUnavailable as error:
+        report.own_problems.append(f"cannot reach etcd: {error.reason}")
+        return report
+    if not any(held.subnet == own for held in leases):
+        report.own_problems.append(f"this node's lease of {own} is gone from etcd: flanneld "
+                                   "leases again when it restarts (update-status restarts it)")
+    peers = [peer_of(held) for held in leases if held.subnet != own and held.public_ip]
+    link = confirmed.vxlan_link
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
+        probed = list(pool.map(lambda peer: probe_path(ctx, peer, link, lease.mtu, timeout),
+                               peers))
+    report.findings = [diagnose(peer, found, pod_mtu=lease.mtu, vxlan_link=link,
+                                vxlan_port=confirmed.backend.port)
+                       for peer, found in zip(peers, probed)]
+    return report
+
+
+def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu: int,
+               timeout: float) -> PathProbe:
+    """Measure the way to one peer, stopping at the first thing missing."""
+    machine = ctx.machine
+    route = probes.route_to(machine, peer.subnet)
+    if route is None:
+        return PathProbe(route=None)
+    fdb = neighbour = None
+    overlay = route.overlay(vxlan_link)
+    target = peer.subnet.split("/")[0] if overlay else peer.public_ip
+    if overlay and peer.vtep_mac:
+        fdb = probes.fdb_sends(machine, route.dev, peer.vtep_mac, peer.public_ip)
+        neighbour = probes.neighbour_has(machine, route.dev, target, peer.vtep_mac)
+        if not (fdb and neighbour):
+            return PathProbe(route=route, fdb=fdb, neighbour=neighbour)
+    node_answers = probes.ping(machine, peer.public_ip, timeout=timeout) is probes.Echo.ANSWERED
+    if probes.ping(machine, target, timeout=timeout) is not probes.Echo.ANSWERED:
+        return PathProbe(route=route, fdb=fdb, neighbour=neighbour, node_answers=node_answers)
+
+    def crosses(size: int) -> bool:
+        return probes.ping(machine, target, timeout=timeout, size=size) is probes.Echo.ANSWERED
+    largest = pod_mtu if crosses(pod_mtu) else largest_crossing(
+        crosses, min(PLAIN_PING, pod_mtu), pod_mtu - 1)
+    refused = probes.ping(machine, target, timeout=timeout,
+                          size=pod_mtu + 1) is probes.Echo.REFUSED
+    return PathProbe(route=route, fdb=fdb, neighbour=neighbour, node_answers=node_answers,
+                     gateway_answers=True, largest=largest, too_large_refused=refused)
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    lease: Lease
+    expires_in: Optional[int]
+    this_node: bool
+    node_answers: Optional[bool]   # None: not asked (this node)
+
+    def as_results(self) -> dict:
+        out = {"subnet": self.lease.subnet, "address": self.lease.public_ip or "",
+               "backend": str(self.lease.attributes.get("BackendType") or "")}
+        if self.lease.ipv6_subnet:
+            out["ipv6-subnet"] = self.lease.ipv6_subnet
+        if self.expires_in is not None:
+            out["expires-in"] = str(self.expires_in)
+        if self.this_node:
+            out["this-node"] = "yes"
+        elif self.node_answers is not None:
+            out["node-answers"] = "yes" if self.node_answers else "no"
+        return out
+
+
+def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
+    """Every lease in etcd; whether each node's address answers a ping (a
+    lease outlives its node by up to 24 h). Raises EtcdUnavailable."""
+    lifetimes = etcd_lifetimes(ctx)
+    lease = ctx.lease()
+    own = str(lease.subnet.network) if lease else None
+
+    def answers(held: Lease) -> Optional[bool]:
+        if held.subnet == own or not held.public_ip:
+            return None
+        return probes.ping(ctx.machine, held.public_ip,
+                           timeout=timeout) is probes.Echo.ANSWERED
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
+        answered = list(pool.map(answers, [held for held, _ in lifetimes]))
+    return [LeaseRow(held, ttl, held.subnet == own, node)
+            for (held, ttl), node in zip(lifetimes, answered)]
