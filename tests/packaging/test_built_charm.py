@@ -120,6 +120,12 @@ def test_charm_has_its_hooks_and_interfaces(built_charm):
     for name in ("metadata.yaml", "config.yaml", "layer.yaml", "wheelhouse.txt",
                  "lib/charms/flannel/bootstrap.py", ".build.manifest"):
         assert (built_charm / name).is_file(), name
+    # the actions (actions.yaml), each an executable as Juju runs it
+    import yaml
+    actions = yaml.safe_load((built_charm / "actions.yaml").read_text())
+    assert sorted(actions) == ["check-network", "debug", "list-leases"]
+    for name in actions:
+        assert os.access(built_charm / "actions" / name, os.X_OK), name
 
 
 def test_manifest_declares_both_series_on_every_arch(built_charm):
