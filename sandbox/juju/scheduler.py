@@ -122,6 +122,9 @@ class HookScheduler:
                 continue
             if e["op"] == "hook" and self._lane(data, u) in busy_lanes:
                 continue
+            if e["op"] == "destroy" and any(r.get("principal") == u
+                                            for r in data["units"].values()):
+                continue   # Juju removes a principal once its subordinates are gone
             # after a failure the agent runs that hook again first (retried
             # by itself, or after `juju resolve`), wherever it stood in the
             # unit's queue; starting it clears the error

@@ -20,6 +20,8 @@ pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("actions")]
 def cluster(open_cluster):
     with open_cluster("actions", workers=2) as opened:
         deploy_and_wait(opened)
+        opened.controller.update_status()   # where a unit names itself beside its lease
+        opened.settle()
         yield opened
 
 
@@ -51,12 +53,16 @@ def test_list_leases_shows_every_node_and_which_is_this_one(cluster):
     run = cluster.run_action(cluster.unit_on("m1"), "list-leases")
     assert run.ok, run.message
     rows = list(run.results["leases"].values())
-    assert run.results["count"] == "2" and run.results["unanswered"] == "none"
+    assert run.results["count"] == "2"
+    assert (run.results["unanswered"], run.results["without-unit"],
+            run.results["nodes-gone"]) == ("none", "none", "none")
     assert {row["subnet"] for row in rows} == {lease_of(cluster, m) for m in ("m1", "m2")}
     mine = [row for row in rows if row.get("this-node") == "yes"]
-    assert [row["address"] for row in mine] == [cluster.machines["m1"].address]
+    assert [(row["address"], row["unit"]) for row in mine] == \
+        [(cluster.machines["m1"].address, cluster.unit_on("m1"))]
     other = [row for row in rows if row not in mine][0]
-    assert other["address"] == cluster.machines["m2"].address and other["node-answers"] == "yes"
+    assert (other["address"], other["unit"], other["node-answers"]) == \
+        (cluster.machines["m2"].address, cluster.unit_on("m2"), "yes")
     # flanneld's leases live 24 h
     assert all(0 < int(row["expires-in"]) <= 24 * 3600 for row in rows)
 
@@ -95,6 +101,7 @@ def test_vxlan_port_dropped_by_the_network_is_named(cluster):
     assert run.status == "failed"
     node = node_result(run, cluster, "m2")
     assert node["status"] == "broken" and "UDP 8472" in node["cause"]
+    assert node["unit"] == cluster.unit_on("m2")
     assert "is dropped while the node answers on the underlay" in node["cause"]
     assert m2.address in run.message
     assert check(cluster).ok
@@ -140,3 +147,23 @@ def test_a_lease_deleted_from_etcd_is_named_on_its_node(cluster):
     assert f"this node's lease of {subnet} is gone from etcd" in run.message
     leases = cluster.run_action(cluster.unit_on("m1"), "list-leases")
     assert leases.results["count"] == "1"
+
+
+def test_a_removed_nodes_lease_is_held_by_no_unit_and_gone_once_it_stops_answering(cluster):
+    """After the lease test, update-status gets m2 its lease back; then m2's
+    worker unit (and so its flannel) goes: its lease stays its 24 h, named by
+    no unit; with the machine silent too, list-leases calls its node gone."""
+    cluster.controller.update_status()
+    cluster.settle()
+    subnet = lease_of(cluster, "m2")
+    unit = cluster.unit_on("m2")
+    cluster.controller.remove_unit(cluster.controller.unit(unit)["principal"])
+    cluster.settle()
+    assert unit not in cluster.flannel_units()
+    assert not [key for key in cluster.etcd_values() if key.endswith("/units/" +
+                                                                     unit.replace("/", "-"))]
+    leases = cluster.run_action(cluster.unit_on("m1"), "list-leases")
+    assert (leases.results["without-unit"], leases.results["nodes-gone"]) == (subnet, "none")
+    cluster.machines["m2"].run(["iptables", "-I", "INPUT", "-p", "icmp", "-j", "DROP"])
+    leases = cluster.run_action(cluster.unit_on("m1"), "list-leases")
+    assert leases.results["nodes-gone"] == subnet

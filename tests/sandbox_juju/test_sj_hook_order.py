@@ -480,3 +480,28 @@ def test_without_auto_retry_a_failed_hook_waits_for_resolve(cluster):
     time.sleep(0.2)
     assert ctl.settle() == [] and ctl.retry_pending() == {}
     assert ctl.unit("flannel/0")["agent"]["status"] == "error"
+
+
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_a_principal_outlives_its_subordinates_teardown(world, seed):
+    """Before: with some hook orders the principal unit was destroyed while
+    its subordinate's teardown hooks were still queued, whose relation-ids
+    then failed ('unit "kubernetes-worker/1" not found')."""
+    from sandbox.juju import Controller, KubernetesWorkerApp
+    world.ctl.close()
+    world.ctl = ctl = Controller(world.tmp / f"state-{seed}", seed=seed)
+    m0, m1 = world.add_machine(), world.add_machine()
+    ctl.deploy(KubernetesWorkerApp(), to=[m0, m1])
+    ctl.deploy(EtcdApp("https://10.99.0.2:2379", version="3.4.22", client_ca="CA",
+                       client_cert="C", client_key="K", address="10.99.0.2"))
+    ctl.deploy("testsub", world.charm())
+    world.script("any", "relation-ids cni\nrelation-ids etcd\n")
+    ctl.add_relation("testsub:etcd", "etcd:db")
+    ctl.add_relation("testsub:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    [sub] = [u for u in ctl.units("testsub")
+             if ctl.unit(u)["principal"] == "kubernetes-worker/1"]
+    ctl.remove_unit("kubernetes-worker/1")
+    ctl.settle()
+    assert [(r.unit, r.hook) for r in ctl.hook_log if not r.ok] == []
+    assert sub not in ctl.units("testsub")

@@ -21,6 +21,7 @@ class StubJuju:
     """What a step asks of Juju, as values a test sets."""
     charm_dir: Path
     hook: str = "config-changed"
+    unit: str = "flannel/0"
     config_values: dict = field(default_factory=dict)
     etcd_relation: Optional[EtcdRelation] = None
     related_to_etcd: bool = True

@@ -83,6 +83,26 @@ def test_a_node_etcd_knows_is_healthy(etcd, pki, flannels_prefix, netns_machine,
     assert ctx.state.lease_list["subnets"] == ["10.1.52.0/24"]
 
 
+def test_a_unit_names_itself_beside_its_lease_once(etcd, pki, flannels_prefix, netns_machine,
+                                                   tmp_path):
+    """list-leases' "unit": written by the look that finds the lease, not
+    again while it holds; gone from the unit's memory with an etcd rebuilt
+    empty, so that the next look names it again."""
+    put(etcd, "config", NETWORK)
+    put_lease(etcd, "10.1.52.0/24")
+    ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
+    client = etcd_client(etcd)
+    for _ in range(2):
+        etcd_look.run(ctx, flanneld_started=True)
+        [(value, meta)] = client.get(f"{DEFAULT_PREFIX}/units/flannel-0", metadata=True)
+        assert json.loads(value) == {"unit": "flannel/0", "lease": "10.1.52.0/24"}
+        assert int(meta["version"]) == 1
+    assert ctx.state.registered_lease == "10.1.52.0/24"
+    client.delete_prefix(f"{DEFAULT_PREFIX}/")
+    etcd_look.run(ctx, flanneld_started=True)
+    assert ctx.state.registered_lease is None
+
+
 def test_an_etcd_rebuilt_empty_asks_for_the_config_and_the_lease_again(etcd, pki,
                                                                        flannels_prefix,
                                                                        tmp_path):

@@ -85,7 +85,7 @@ def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_pat
     # keys this revision added, which no earlier one wrote
     added = {"flannel.v2-network-seen", "flannel.v011-rules", "flannel.flanneld-started",
              "flannel.tx-checksum-turned-off", "flannel.offload-udev-rule-inputs",
-             "flannel.flanneld-version", "flannel.lease-list"}
+             "flannel.flanneld-version", "flannel.lease-list", "flannel.registered-lease"}
     s = state(tmp_path)
     for key, value in previous.items():
         s.kv.set(key, value)

@@ -28,10 +28,14 @@ def list_leases(params: dict) -> None:
     except EtcdUnavailable as error:
         hookenv.action_fail(f"cannot read the leases from etcd: {error.reason}")
         return
-    stale = [row.lease.subnet for row in rows if row.node_answers is False]
+    unanswered = [row.lease.subnet for row in rows if row.node_answers is False]
+    without_unit = [row.lease.subnet for row in rows if row.unit is None]
+    gone = [row.lease.subnet for row in rows if row.unheld]
     set_results({"count": str(len(rows)),
                  "leases": {f"lease-{n}": row.as_results() for n, row in enumerate(rows)},
-                 "unanswered": ", ".join(stale) or "none"})
+                 "unanswered": ", ".join(unanswered) or "none",
+                 "without-unit": ", ".join(without_unit) or "none",
+                 "nodes-gone": ", ".join(gone) or "none"})
 
 
 def debug(params: dict) -> None:

@@ -39,6 +39,10 @@ class HookJuju:
     def charm_dir(self) -> Path:
         return Path(hookenv.charm_dir())
 
+    @property
+    def unit(self) -> str:
+        return hookenv.local_unit()
+
     def config(self) -> dict:
         return dict(hookenv.config())
 

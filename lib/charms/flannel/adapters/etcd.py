@@ -24,7 +24,8 @@ import requests
 from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
 from ..facts.etcd_keys import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, Lease,
-                               describe_text, ordered, parse_endpoints)
+                               describe_text, json_object, ordered, parse_endpoints, unit_key,
+                               units_key)
 from ..facts.netconfig import NetworkConfig, NotANetworkConfig
 from ..facts.v2_network import V2Network, parse_v2_tree
 
@@ -147,6 +148,26 @@ class NetworkStore:
                 found.append((Lease.from_etcd(key, value), ttl))
             return found
         return self._call(read)
+
+    def register_unit(self, unit: str, lease_name: str) -> None:
+        """Name `unit` as the holder of the lease "10.1.52.0/24" (dual-stack
+        "...&fd10:1:0:5::/64")."""
+        value = json.dumps({"unit": unit, "lease": lease_name}, sort_keys=True)
+        self._call(lambda client: client.put(unit_key(unit, self.prefix), value))
+
+    def forget_unit(self, unit: str) -> bool:
+        """Take `unit`'s name away; True if it was there."""
+        return bool(self._call(lambda client: client.delete(unit_key(unit, self.prefix))))
+
+    def unit_names(self) -> dict[str, str]:
+        """IPv4 subnet of a lease -> the unit that named itself its holder."""
+        items = self._call(lambda client: client.get_prefix(units_key(self.prefix)))
+        named = {}
+        for value, _ in items:
+            found = json_object(value) or {}
+            if isinstance(found.get("unit"), str) and isinstance(found.get("lease"), str):
+                named[found["lease"].partition("&")[0]] = found["unit"]
+        return named
 
     def create_lease(self, name: str, value: bytes, ttl: int) -> bool:
         """Put a lease at <prefix>/subnets/<name> ("10.1.52.0-24") that

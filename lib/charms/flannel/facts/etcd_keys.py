@@ -111,6 +111,17 @@ def lease_subnets(name: str) -> tuple[str, Optional[str]]:
     return subnet(ipv4), (subnet(ipv6) if ipv6 else None)
 
 
+def units_key(prefix: str = DEFAULT_PREFIX) -> str:
+    """Where each flannel unit names the lease it holds (list-leases' unit):
+    the charm's keys, not flanneld's, which reads only config and subnets/."""
+    return f"{prefix.rstrip('/')}/units/"
+
+
+def unit_key(unit: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """"flannel/0" -> <prefix>/units/flannel-0."""
+    return units_key(prefix) + unit.replace("/", "-")
+
+
 def config_key(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix.rstrip('/')}/config"
 

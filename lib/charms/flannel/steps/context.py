@@ -47,6 +47,7 @@ class Juju(Protocol):
     tools and the relation endpoints; tests answer it themselves)."""
     hook: str
     charm_dir: Path
+    unit: str   # this unit's name, "flannel/0"
 
     def config(self) -> dict: ...
 

@@ -12,7 +12,7 @@ from ..adapters import bundle, iptables, journal, nftables
 from ..facts.etcd_keys import EtcdUnavailable
 from ..facts.paths import SERVICE_NAME
 from .context import HookContext
-from .diagnosis import etcd_lifetimes
+from .diagnosis import etcd_leases
 from .unit_state import UnitState
 
 PRIVATE_KEY_MARK = "PRIVATE KEY"
@@ -62,9 +62,11 @@ def flannel_rules(machine, command: str) -> str:
 def etcd_view(ctx: HookContext) -> str:
     config = ctx.confirmed
     try:
+        found = etcd_leases(ctx)
         leases = [{"key": lease.key, "subnet": lease.subnet, "ipv6-subnet": lease.ipv6_subnet,
-                   "attributes": lease.attributes, "expires-in": ttl}
-                  for lease, ttl in etcd_lifetimes(ctx)]
+                   "attributes": lease.attributes, "expires-in": ttl,
+                   "unit": found.units.get(lease.subnet)}
+                  for lease, ttl in found.lifetimes]
     except EtcdUnavailable as error:
         leases = f"cannot reach etcd: {error.reason}"
     return json.dumps({"network-config (as etcd last confirmed it)":

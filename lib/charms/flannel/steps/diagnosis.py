@@ -47,20 +47,27 @@ class NetworkReport:
         return out
 
 
-def peer_of(lease: Lease) -> Peer:
+def peer_of(lease: Lease, units: dict[str, str]) -> Peer:
     data = lease.attributes.get("BackendData")
     return Peer(subnet=lease.subnet, public_ip=lease.public_ip or "",
                 backend=str(lease.attributes.get("BackendType") or VXLAN),
-                vtep_mac=data.get("VtepMAC") if isinstance(data, dict) else None)
+                vtep_mac=data.get("VtepMAC") if isinstance(data, dict) else None,
+                unit=units.get(lease.subnet))
 
 
-def etcd_lifetimes(ctx: HookContext) -> list[tuple[Lease, Optional[int]]]:
-    """Every lease and its seconds left; raises EtcdUnavailable."""
+@dataclass(frozen=True)
+class EtcdLeases:
+    lifetimes: list            # (Lease, seconds left or None), every lease
+    units: dict                # IPv4 subnet -> the unit that named itself its holder
+
+
+def etcd_leases(ctx: HookContext) -> EtcdLeases:
+    """Every lease, its seconds left and its unit; raises EtcdUnavailable."""
     endpoints = ctx.state.etcd_endpoints
     if not endpoints or not ctx.client_files.key_file.exists():
         raise EtcdUnavailable("this unit has not written to etcd yet (no etcd relation?)")
     with ctx.etcd_store(endpoints, timeout=5.0) as store:
-        return store.lease_lifetimes()
+        return EtcdLeases(store.lease_lifetimes(), store.unit_names())
 
 
 def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
@@ -74,14 +81,16 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         report.own_problems.append("flanneld is not running here (journalctl -u flannel)")
     own = str(lease.subnet.network)
     try:
-        leases = [held for held, _ in etcd_lifetimes(ctx)]
+        found = etcd_leases(ctx)
     except EtcdUnavailable as error:
         report.own_problems.append(f"cannot reach etcd: {error.reason}")
         return report
+    leases = [held for held, _ in found.lifetimes]
     if not any(held.subnet == own for held in leases):
         report.own_problems.append(f"this node's lease of {own} is gone from etcd: flanneld "
                                    "leases again when it restarts (update-status restarts it)")
-    peers = [peer_of(held) for held in leases if held.subnet != own and held.public_ip]
+    peers = [peer_of(held, found.units) for held in leases
+             if held.subnet != own and held.public_ip]
     link = confirmed.vxlan_link
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         probed = list(pool.map(lambda peer: probe_path(ctx, peer, link, lease.mtu, timeout),
@@ -127,10 +136,18 @@ class LeaseRow:
     expires_in: Optional[int]
     this_node: bool
     node_answers: Optional[bool]   # None: not asked (this node)
+    unit: Optional[str] = None     # the unit that named itself its holder
+
+    @property
+    def unheld(self) -> bool:
+        """No unit holds it and its node does not answer: a node gone, whose
+        lease lives on until it expires."""
+        return self.unit is None and not self.this_node and self.node_answers is False
 
     def as_results(self) -> dict:
         out = {"subnet": self.lease.subnet, "address": self.lease.public_ip or "",
-               "backend": str(self.lease.attributes.get("BackendType") or "")}
+               "backend": str(self.lease.attributes.get("BackendType") or ""),
+               "unit": self.unit or "none"}
         if self.lease.ipv6_subnet:
             out["ipv6-subnet"] = self.lease.ipv6_subnet
         if self.expires_in is not None:
@@ -145,7 +162,8 @@ class LeaseRow:
 def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
     """Every lease in etcd; whether each node's address answers a ping (a
     lease outlives its node by up to 24 h). Raises EtcdUnavailable."""
-    lifetimes = etcd_lifetimes(ctx)
+    found = etcd_leases(ctx)
+    lifetimes = found.lifetimes
     lease = ctx.lease()
     own = str(lease.subnet.network) if lease else None
 
@@ -156,5 +174,5 @@ def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
                            timeout=timeout) is probes.Echo.ANSWERED
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         answered = list(pool.map(answers, [held for held, _ in lifetimes]))
-    return [LeaseRow(held, ttl, held.subnet == own, node)
+    return [LeaseRow(held, ttl, held.subnet == own, node, found.units.get(held.subnet))
             for (held, ttl), node in zip(lifetimes, answered)]

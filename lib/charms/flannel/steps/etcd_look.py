@@ -115,7 +115,31 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
         out.clear(SERVICE_RUNNING)
     if ctx.state.v2_network_seen and seen.problem is None:
         finish_v2_move(ctx, etcd.connection_string, out)
+    if seen.problem is None:
+        register(ctx, etcd.connection_string, seen, out)
     return out
+
+
+def register(ctx: HookContext, connection_string: str, seen: EtcdHealth, out: Outcome) -> None:
+    """Name this unit in etcd as the holder of its lease (list-leases and
+    check-network say which unit holds a lease), once per lease, and again
+    after an etcd rebuilt empty lost it. (A lease lost alone keeps the
+    name: flanneld leases the same subnet again.)"""
+    if seen.config_missing:
+        ctx.state.registered_lease = None
+        return
+    if seen.lost_lease:
+        return
+    lease_of = own_lease(ctx)
+    if lease_of is None or ctx.state.registered_lease == lease_of:
+        return
+    try:
+        with ctx.etcd_store(connection_string, timeout=3.0) as store:
+            store.register_unit(ctx.juju.unit, lease_of)
+    except EtcdUnavailable as error:
+        out.say(f"Could not name this unit beside its lease in etcd: {error.reason}")
+        return
+    ctx.state.registered_lease = lease_of
 
 
 def watch_stuck(ctx: HookContext) -> bool:

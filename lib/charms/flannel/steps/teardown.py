@@ -53,6 +53,7 @@ def run(ctx: HookContext, *, masked: bool, remove_nrpe_check: Callable[[], None]
             out.say(f"{prefix}{line}")
 
     best_effort("release the lease", lambda: release_lease_for_backend_change(ctx, out))
+    best_effort("take this unit's name out of etcd", lambda: forget_registration(ctx, out))
     best_effort("delete flanneld's vxlan devices",
                 lambda: vxlan.delete_vxlan_links(ctx.machine))
     # flanneld cleans its iptables rules when it starts, not when it exits
@@ -96,6 +97,21 @@ def run(ctx: HookContext, *, masked: bool, remove_nrpe_check: Callable[[], None]
     out.status = (Status(BLOCKED, "Flannel stopped; {}: left {}".format(damaged, ", ".join(left)))
                   if left else Status(MAINTENANCE, REMOVED))
     return out
+
+
+def forget_registration(ctx: HookContext, out: Outcome) -> None:
+    """Delete the unit's name beside its lease (etcd_look.register): the
+    lease itself stays its 24 h, so that a unit added back keeps the
+    subnet, and list-leases shows it held by no unit meanwhile."""
+    endpoints = ctx.state.etcd_endpoints
+    if not ctx.state.registered_lease or not endpoints or \
+            not ctx.client_files.key_file.exists():
+        return
+    try:
+        with ctx.etcd_store(endpoints, timeout=3.0) as store:
+            store.forget_unit(ctx.juju.unit)
+    except EtcdUnavailable as error:
+        out.say(f"Could not take this unit's name out of etcd: {error.reason}", True)
 
 
 def release_lease_for_backend_change(ctx: HookContext, out: Outcome) -> Optional[str]:

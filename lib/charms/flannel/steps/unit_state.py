@@ -78,6 +78,10 @@ class UnitState:
         "Every lease's IPv4 subnet as update-status last listed them, with the fingerprint "
         "(count, newest create revision) they were listed at: listed again only when it "
         "changed (adapters/etcd_probe.py).")
+    registered_lease = _Key(
+        "flannel.registered-lease",
+        "The lease this unit last named itself the holder of in etcd (<prefix>/units/): "
+        "written again only when it changes, deleted on stop.")
     flanneld_version = _Key(
         "flannel.flanneld-version",
         "The version the installed flanneld says it is (`flanneld -version`): whether it "
