@@ -584,8 +584,9 @@ class CriPod:
 
     def ping(self, address: str, count: int = 3, wait: float = 1.0) -> bool:
         """True if at least one of `count` echoes from inside the container
-        (busybox ping) is answered."""
-        proc = self.exec(["ping", "-c", count, "-W", max(1, int(wait)), address], check=False,
+        (busybox ping; -A: the next as soon as one is answered) is answered."""
+        proc = self.exec(["ping", "-A", "-c", count, "-W", max(1, int(wait)), address],
+                         check=False,
                          timeout=count * wait + 30)
         return proc.returncode == 0
 

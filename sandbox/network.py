@@ -583,7 +583,7 @@ else:
     if df:   # IP_MTU_DISCOVER = IP_PMTUDISC_DO: DF set, no local fragmenting
         sock.setsockopt(socket.IPPROTO_IP, 10, 2)
 ident = os.getpid() & 0xffff
-sent, answered, seq = set(), set(), 0
+sent, answered, refused, seq = set(), set(), set(), 0
 next_send, stop_at = time.monotonic(), None
 def say(text):
     sys.stdout.write(text + "\n"); sys.stdout.flush()
@@ -597,14 +597,15 @@ while True:
         try:
             sock.sendto(struct.pack("!BBHHH", ECHO, 0, check, ident, seq & 0xffff)
                         + payload, (dst, 0))
-        except OSError as error:
+        except OSError as error:   # refused here: no reply can come
             say("e %d %s" % (seq, error.strerror))
+            refused.add(seq & 0xffff)
         sent.add(seq & 0xffff)
         say("s %d" % seq)
         next_send = max(next_send + interval, now)
         if count and seq >= count:
             stop_at = now + grace
-    if stop_at is not None and (now >= stop_at or answered >= sent):
+    if stop_at is not None and (now >= stop_at or (answered | refused) >= sent):
         break
     wait = (stop_at if stop_at is not None else next_send) - now
     watched = [sock] if count or stop_at is not None else [sock, sys.stdin]
@@ -637,11 +638,11 @@ def ping_loop(netns: str, address: str, interval: float, grace: float = 2.0,
 
 def ping_from_netns(netns: str, address: str, count: int = 3, wait: float = 1.0) -> int:
     """Send `count` ICMP echo requests to `address` from inside `netns`
-    (a namespace of ours), 0.2 s apart; returns how many were answered, each
+    (a namespace of ours), 0.05 s apart; returns how many were answered, each
     given `wait` seconds (the last waits for them all: count * wait)."""
-    proc = ping_loop(netns, address, interval=0.2, grace=count * wait, count=count)
+    proc = ping_loop(netns, address, interval=0.05, grace=count * wait, count=count)
     try:
-        out, err = proc.communicate(timeout=count * (0.2 + wait) + 30)
+        out, err = proc.communicate(timeout=count * (0.05 + wait) + 30)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
@@ -656,9 +657,9 @@ def ping_unfragmented(netns: str, address: str, size: int, count: int = 3,
     `size` data bytes (a packet of size + 28) came back unfragmented, the
     kernel's refusal to send it ("Message too long" when it exceeds the
     route's MTU), or "no answer" (dropped on the way: silence)."""
-    proc = ping_loop(netns, address, interval=0.2, grace=count * wait, count=count,
+    proc = ping_loop(netns, address, interval=0.05, grace=count * wait, count=count,
                      size=size, dont_fragment=True)
-    out, err = proc.communicate(timeout=count * (0.2 + wait) + 30)
+    out, err = proc.communicate(timeout=count * (0.05 + wait) + 30)
     if proc.returncode != 0:
         raise CommandFailed(proc.returncode, ["ping", address], out, err)
     lines = out.splitlines()

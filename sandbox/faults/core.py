@@ -331,7 +331,7 @@ class FaultBench:
             ready = not self.cluster.flanneld_pids(machine) or {
                 ":FLANNEL-POSTRTG", ":FLANNEL-FWD"} <= chains
             return now if ready else None
-        return wait_for(state, timeout=30, interval=0.5) or self.cluster.node_state(machine)
+        return wait_for(state, timeout=30, interval=0.2) or self.cluster.node_state(machine)
 
     def rule_problems(self) -> list[str]:
         """iptables rules and systemd units that differ from snapshot()'s,
@@ -359,7 +359,7 @@ class FaultBench:
             def settled() -> bool:
                 found[:] = differences(machine, before)
                 return not found
-            wait_for(settled, timeout=30, interval=1.0)
+            wait_for(settled, timeout=30, interval=0.3)
             problems += found
         return problems
 

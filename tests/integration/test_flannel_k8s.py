@@ -102,6 +102,25 @@ async def test_status_names_a_subnet_inside_cidr(ops_test):
     assert_subnets_inside(ops_test, await flannel_cidr(ops_test))
 
 
+async def test_actions_say_the_overlay_is_whole(ops_test, settings):
+    """check-network from every node reaches every other node's lease;
+    list-leases shows one lease per flannel unit, each held by its unit."""
+    units = ops_test.model.applications[FLANNEL].units
+    for unit in units:
+        action = await bounded(unit.run_action("check-network"), settings.step_timeout,
+                               f"check-network on {unit.name}")
+        action = await bounded(action.wait(), settings.step_timeout,
+                               f"check-network on {unit.name} to finish")
+        assert action.status == "completed", (unit.name, action.safe_data)
+        assert action.results.get("status") == "ok", (unit.name, action.results)
+    action = await bounded(units[0].run_action("list-leases"), settings.step_timeout,
+                           "list-leases")
+    action = await bounded(action.wait(), settings.step_timeout, "list-leases to finish")
+    assert action.status == "completed", action.safe_data
+    assert int(action.results["count"]) == len(units), action.results
+    assert action.results["nodes-gone"] == "none", action.results
+
+
 async def test_cni_relation_remove_and_add(ops_test, cluster, settings):
     """Launchpad #1866869: the cycle must not cost the worker its CNI."""
     worker = cluster.unit(WORKER)

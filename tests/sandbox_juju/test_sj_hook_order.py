@@ -482,7 +482,8 @@ def test_without_auto_retry_a_failed_hook_waits_for_resolve(cluster):
     assert ctl.unit("flannel/0")["agent"]["status"] == "error"
 
 
-@pytest.mark.parametrize("seed", range(1, 5))
+# seeds whose hook order destroyed the principal first before the fix
+@pytest.mark.parametrize("seed", (3, 4))
 def test_a_principal_outlives_its_subordinates_teardown(world, seed):
     """Before: with some hook orders the principal unit was destroyed while
     its subordinate's teardown hooks were still queued, whose relation-ids
