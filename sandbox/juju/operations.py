@@ -739,11 +739,10 @@ JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float),
 def action_params(action: str, spec: dict, given: dict) -> dict:
     """The parameters an action runs with: `given` checked against its
     actions.yaml schema (types, enum, required, additionalProperties), the
-    schema's defaults filled in. Underscores in names stand for dashes."""
+    schema's defaults filled in."""
     props = (spec or {}).get("params") or {}
     values = {}
-    for name, value in given.items():
-        key = name.replace("_", "-") if name not in props else name
+    for key, value in given.items():
         if key not in props and spec.get("additionalProperties", True) is False:
             raise ModelError(f'action "{action}": additional property "{key}" is not allowed')
         schema = props.get(key) or {}

@@ -8,6 +8,7 @@ undone before the next."""
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 
 import pytest
@@ -36,10 +37,12 @@ def check(cluster, machine: str = "m1"):
 
 
 def node_result(run, cluster, machine: str) -> dict:
-    return run.results["nodes"][cluster.machines[machine].address.replace(".", "-")]
+    """The results of the lease of `machine` (named by its subnet)."""
+    return run.results["nodes"][re.sub(r"[./]", "-", lease_of(cluster, machine))]
 
 
 def test_check_network_on_a_healthy_cluster_says_ok(cluster):
+    state = cluster.unit_kv(cluster.unit_on("m1"))
     for machine, other in (("m1", "m2"), ("m2", "m1")):
         run = check(cluster, machine)
         assert run.ok, (run.message, run.results)
@@ -47,6 +50,8 @@ def test_check_network_on_a_healthy_cluster_says_ok(cluster):
         node = node_result(run, cluster, other)
         assert node["status"] == "ok" and node["subnet"] == lease_of(cluster, other)
         assert node["largest-packet"] == cluster.subnet_env(machine)["FLANNEL_MTU"]
+    # reading never writes: the unit's state is as it was
+    assert cluster.unit_kv(cluster.unit_on("m1")) == state
 
 
 def test_list_leases_shows_every_node_and_which_is_this_one(cluster):
@@ -164,6 +169,10 @@ def test_a_removed_nodes_lease_is_held_by_no_unit_and_gone_once_it_stops_answeri
                                                                      unit.replace("/", "-"))]
     leases = cluster.run_action(cluster.unit_on("m1"), "list-leases")
     assert (leases.results["without-unit"], leases.results["nodes-gone"]) == (subnet, "none")
-    cluster.machines["m2"].run(["iptables", "-I", "INPUT", "-p", "icmp", "-j", "DROP"])
-    leases = cluster.run_action(cluster.unit_on("m1"), "list-leases")
+    silent = ["INPUT", "-p", "icmp", "-j", "DROP"]
+    cluster.machines["m2"].run(["iptables", "-I", *silent])
+    try:
+        leases = cluster.run_action(cluster.unit_on("m1"), "list-leases")
+    finally:
+        cluster.machines["m2"].run(["iptables", "-D", *silent])
     assert leases.results["nodes-gone"] == subnet

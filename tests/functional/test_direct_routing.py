@@ -74,6 +74,17 @@ def test_same_subnet_is_routed_directly_and_the_routed_node_through_vxlan(cluste
     assert vxlan_sent_to_m3 >= 5, "m1 did not send m3's traffic through vxlan"
 
 
+def test_check_network_probes_the_direct_node_itself_and_the_routed_one_over_vxlan(cluster):
+    """`juju run flannel/0 check-network` on m1: ok for both; m2 probed at its
+    own address through eth0 (where a packet over the pods' MTU is no
+    fault), m3 at its flannel.1 through vxlan."""
+    run = cluster.run_action(cluster.unit_on("m1"), "check-network", timeout=0.5)
+    assert run.ok, (run.message, run.results)
+    nodes = {node["subnet"]: node for node in run.results["nodes"].values()}
+    assert nodes[pod_subnet(cluster, "m2")]["gateway"] == cluster.machines["m2"].address
+    assert nodes[pod_subnet(cluster, "m3")]["gateway"] == pod_subnet(cluster, "m3").split("/")[0]
+
+
 def test_turning_it_off_routes_every_node_through_vxlan(cluster):
     cluster.configure(direct_routing=False)
     cluster.wait_for_flannel(timeout=120)

@@ -29,9 +29,9 @@ def test_a_healthy_path_is_ok_through_the_nodes_vxlan_gateway():
 
 
 def test_a_direct_route_is_probed_at_the_node_itself():
-    probe = PathProbe(route=DIRECT, node_answers=True, gateway_answers=True, largest=1500,
-                      too_large_refused=True)
-    found = diagnose(PEER, probe, pod_mtu=1500, vxlan_link="flannel.1")
+    """(The one-byte-over check is the vxlan device's: eth0 is larger.)"""
+    probe = PathProbe(route=DIRECT, node_answers=True, gateway_answers=True, largest=1450)
+    found = diagnose(PEER, probe, pod_mtu=1450, vxlan_link="flannel.1")
     assert found.ok and found.gateway == "172.31.254.12"
 
 
@@ -51,6 +51,12 @@ def test_a_direct_route_is_probed_at_the_node_itself():
     (PathProbe(route=OVERLAY, fdb=True, neighbour=True, node_answers=True, gateway_answers=True,
                largest=1450, too_large_refused=False),
      "a packet of 1451 bytes (over the pods' MTU of 1450) left for"),
+    (PathProbe(route=OVERLAY, fdb=True, neighbour=True, node_answers=True, gateway_answers=True,
+               full_size_refused=True),
+     "a packet of the pods' MTU (1450 bytes) is refused here: flannel.1's MTU is smaller"),
+    # FDB and neighbour entries bridge/ip could not read: unknown, not missing
+    (PathProbe(route=OVERLAY, fdb=None, neighbour=None, node_answers=True),
+     "vxlan traffic to 172.31.254.12 (UDP 8472) is dropped"),
 ])
 def test_the_first_broken_thing_is_named(probe, words):
     assert words in cause(probe)
@@ -82,4 +88,10 @@ def test_the_summary_names_each_broken_node_and_this_nodes_own_problems():
     assert summary([], []) == "no other node holds a lease: nothing to check"
     assert summary([ok, bad], ["flanneld is not running here"]) == \
         "flanneld is not running here; 172.31.254.13: no route"
-    assert Peer("10.1.9.0/24", "172.31.254.13").key == "172-31-254-13"
+    assert Peer("10.1.9.0/24", "172.31.254.13").key == "10-1-9-0-24"
+
+
+def test_a_lease_without_a_node_address_is_broken():
+    found = diagnose(Peer("10.1.9.0/24", ""), PathProbe(route=None), pod_mtu=1450,
+                     vxlan_link="flannel.1")
+    assert not found.ok and "names no node address (PublicIP)" in found.cause

@@ -89,15 +89,22 @@ def test_a_unit_names_itself_beside_its_lease_once(etcd, pki, flannels_prefix, n
     again while it holds; gone from the unit's memory with an etcd rebuilt
     empty, so that the next look names it again."""
     put(etcd, "config", NETWORK)
-    put_lease(etcd, "10.1.52.0/24")
-    ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
     client = etcd_client(etcd)
+    client.put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.11"}))
+    ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
     for _ in range(2):
         etcd_look.run(ctx, flanneld_started=True)
         [(value, meta)] = client.get(f"{DEFAULT_PREFIX}/units/flannel-0", metadata=True)
-        assert json.loads(value) == {"unit": "flannel/0", "lease": "10.1.52.0/24"}
+        assert json.loads(value) == {"unit": "flannel/0", "lease": "10.1.52.0/24",
+                                     "public-ip": "172.31.254.11"}
         assert int(meta["version"]) == 1
     assert ctx.state.registered_lease == "10.1.52.0/24"
+    with ctx.etcd_store(etcd.connection_string) as store:
+        assert store.unit_names() == {("10.1.52.0/24", "172.31.254.11"): "flannel/0"}
+        # the subnet leased by another node since: the name does not stick to it
+        client.put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.99"}))
+        assert [lease.public_ip for lease, _ in store.lease_lifetimes()] == ["172.31.254.99"]
+        assert ("10.1.52.0/24", "172.31.254.99") not in store.unit_names()
     client.delete_prefix(f"{DEFAULT_PREFIX}/")
     etcd_look.run(ctx, flanneld_started=True)
     assert ctx.state.registered_lease is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 
 from charmhelpers.core import hookenv
 
@@ -65,4 +66,8 @@ def set_results(results: dict) -> None:
 
 def main() -> None:
     name = os.path.basename(sys.argv[0])
-    ACTIONS[name](hookenv.action_get() or {})
+    try:
+        ACTIONS[name](hookenv.action_get() or {})
+    except Exception as error:   # an action answers with a reason, never a traceback
+        hookenv.log(f"{name} failed:\n{traceback.format_exc()}", level=hookenv.ERROR)
+        hookenv.action_fail(f"{name} could not finish: {type(error).__name__}: {error}")

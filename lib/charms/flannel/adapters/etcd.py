@@ -149,24 +149,33 @@ class NetworkStore:
             return found
         return self._call(read)
 
-    def register_unit(self, unit: str, lease_name: str) -> None:
+    def register_unit(self, unit: str, lease_name: str) -> bool:
         """Name `unit` as the holder of the lease "10.1.52.0/24" (dual-stack
-        "...&fd10:1:0:5::/64")."""
-        value = json.dumps({"unit": unit, "lease": lease_name}, sort_keys=True)
+        "...&fd10:1:0:5::/64") with the node address the lease has; False
+        (nothing written) when etcd holds no such lease."""
+        subnet = lease_name.partition("&")[0]
+        held = [lease for lease in self.leases() if lease.subnet == subnet and lease.public_ip]
+        if not held:
+            return False
+        value = json.dumps({"unit": unit, "lease": lease_name, "public-ip": held[0].public_ip},
+                           sort_keys=True)
         self._call(lambda client: client.put(unit_key(unit, self.prefix), value))
+        return True
 
     def forget_unit(self, unit: str) -> bool:
         """Take `unit`'s name away; True if it was there."""
         return bool(self._call(lambda client: client.delete(unit_key(unit, self.prefix))))
 
-    def unit_names(self) -> dict[str, str]:
-        """IPv4 subnet of a lease -> the unit that named itself its holder."""
+    def unit_names(self) -> dict[tuple[str, str], str]:
+        """(IPv4 subnet, node address) of a lease -> the unit that named
+        itself its holder. Keyed by both: a lost unit's name (its stop hook
+        never ran) does not stick to its subnet once another node leases it."""
         items = self._call(lambda client: client.get_prefix(units_key(self.prefix)))
         named = {}
         for value, _ in items:
             found = json_object(value) or {}
-            if isinstance(found.get("unit"), str) and isinstance(found.get("lease"), str):
-                named[found["lease"].partition("&")[0]] = found["unit"]
+            if all(isinstance(found.get(key), str) for key in ("unit", "lease", "public-ip")):
+                named[(found["lease"].partition("&")[0], found["public-ip"])] = found["unit"]
         return named
 
     def create_lease(self, name: str, value: bytes, ttl: int) -> bool:

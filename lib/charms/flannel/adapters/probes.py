@@ -1,15 +1,20 @@
 """The check-network action's measurements, each one command on this
 machine: a ping (with DF set and a size, or not), this node's route to a
-subnet, and a vxlan device's FDB and neighbour entries. What they mean is
-facts/diagnosis.py's."""
+subnet, and a vxlan device's FDB and neighbour entries (iproute2's JSON).
+What they mean is facts/diagnosis.py's. A command that cannot run answers
+None (unknown), never a false "missing"."""
 from __future__ import annotations
 
 import enum
+import json
 import subprocess
 from typing import Optional
 
 from ..facts.diagnosis import ICMP_HEADERS, Route
 from .machine import Machine
+
+# what the probes run: a node without one of them cannot be checked
+COMMANDS = ("ip", "bridge", "ping")
 
 
 class Echo(enum.Enum):
@@ -18,10 +23,14 @@ class Echo(enum.Enum):
     REFUSED = "refused"    # not sent: larger than the route's MTU ("message too long")
 
 
+def missing_commands(machine: Machine) -> list[str]:
+    return [command for command in COMMANDS if not machine.has(command)]
+
+
 def ping(machine: Machine, address: str, *, timeout: float, size: Optional[int] = None
          ) -> Echo:
     """One IPv4 echo to `address`; with `size`, a packet of that many bytes
-    (headers included) with DF set."""
+    (headers included) with DF set. (ping's -q would hide the refusal.)"""
     argv = ["ping", "-n", "-c", "1", "-W", f"{timeout:g}"]
     if size is not None:
         argv += ["-M", "do", "-s", str(size - ICMP_HEADERS)]
@@ -36,33 +45,36 @@ def ping(machine: Machine, address: str, *, timeout: float, size: Optional[int] 
     return Echo.LOST
 
 
+def _json(machine: Machine, argv: list[str]) -> Optional[list]:
+    try:
+        done = machine.run(argv, check=False)
+        return json.loads(done.stdout or "[]") if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
 def route_to(machine: Machine, subnet: str) -> Optional[Route]:
     """This node's route to exactly `subnet`, or None."""
-    done = machine.run(["ip", "-4", "route", "show", "exact", subnet], check=False)
-    for line in done.stdout.splitlines():
-        words = line.split()
-        if not words or words[0] != subnet and words[0] != subnet.split("/")[0]:
-            continue
-        via = words[words.index("via") + 1] if "via" in words else None
-        dev = words[words.index("dev") + 1] if "dev" in words else ""
-        return Route(via=via, dev=dev)
+    for route in _json(machine, ["ip", "-j", "-4", "route", "show", "exact", subnet]) or ():
+        if "dev" in route:
+            return Route(via=route.get("gateway"), dev=route["dev"])
     return None
 
 
-def fdb_sends(machine: Machine, device: str, mac: str, address: str) -> bool:
-    """`device`'s FDB sends `mac` to `address` (flanneld's entry for a lease)."""
-    done = machine.run(["bridge", "fdb", "show", "dev", device], check=False)
-    for line in done.stdout.splitlines():
-        words = line.split()
-        if words and words[0].lower() == mac.lower() and "dst" in words and \
-                words[words.index("dst") + 1] == address:
-            return True
-    return False
+def fdb_sends(machine: Machine, device: str, mac: str, address: str) -> Optional[bool]:
+    """`device`'s FDB sends `mac` to `address` (flanneld's entry for a
+    lease); None when `bridge` cannot say."""
+    found = _json(machine, ["bridge", "-j", "fdb", "show", "dev", device])
+    if found is None:
+        return None
+    return any(entry.get("mac", "").lower() == mac.lower() and entry.get("dst") == address
+               for entry in found)
 
 
-def neighbour_has(machine: Machine, device: str, address: str, mac: str) -> bool:
-    """`device`'s neighbour entry for `address` has `mac`."""
-    done = machine.run(["ip", "-4", "neigh", "show", "dev", device, address], check=False)
-    return any("lladdr" in line.split() and
-               line.split()[line.split().index("lladdr") + 1].lower() == mac.lower()
-               for line in done.stdout.splitlines())
+def neighbour_has(machine: Machine, device: str, address: str, mac: str) -> Optional[bool]:
+    """`device`'s neighbour entry for `address` has `mac`; None when `ip`
+    cannot say."""
+    found = _json(machine, ["ip", "-j", "-4", "neigh", "show", "dev", device, address])
+    if found is None:
+        return None
+    return any(entry.get("lladdr", "").lower() == mac.lower() for entry in found)

@@ -35,8 +35,9 @@ class Peer:
 
     @property
     def key(self) -> str:
-        """The node's name in the action's results (keys allow [a-z0-9-])."""
-        return re.sub(r"[^a-z0-9]+", "-", self.public_ip.lower()).strip("-")
+        """The lease's name in the action's results (keys allow [a-z0-9-]):
+        its subnet, as a node's stale lease may share its address for a day."""
+        return re.sub(r"[^a-z0-9]+", "-", self.subnet.lower()).strip("-")
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class PathProbe:
     node_answers: bool = False             # the node's address answers a ping on the underlay
     gateway_answers: bool = False          # the peer's gateway answers through the route
     largest: Optional[int] = None          # the largest packet (bytes) that crossed with DF
-    too_large_refused: Optional[bool] = None   # one byte over the MTU was refused here
+    full_size_refused: bool = False        # a packet of the pods' MTU was refused here
+    too_large_refused: Optional[bool] = None   # vxlan: one byte over the MTU was refused here
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,9 @@ def diagnose(peer: Peer, probe: PathProbe, *, pod_mtu: int, vxlan_link: Optional
     def broken(cause: str) -> Finding:
         return Finding(peer, via, False, cause, probe.largest)
 
+    if not peer.public_ip:
+        return broken(f"the lease of {peer.subnet} names no node address (PublicIP): no "
+                      "node can route to it")
     if route is None:
         return broken(f"this node has no route to {peer.subnet}, {node}'s lease: flanneld has "
                       "not programmed it (update-status restarts flanneld when it finds one "
@@ -122,6 +127,9 @@ def diagnose(peer: Peer, probe: PathProbe, *, pod_mtu: int, vxlan_link: Optional
                           f"blocks UDP {port} (VMware NSX drops 8472: set the port option), or "
                           f"flanneld on {node} is down")
         return broken(f"{via} does not answer through the route to {peer.subnet}")
+    if probe.full_size_refused:
+        return broken(f"a packet of the pods' MTU ({pod_mtu} bytes) is refused here: "
+                      f"{route.dev}'s MTU is smaller than the pods' (restart flanneld)")
     if probe.largest is not None and probe.largest < pod_mtu:
         fix = (f"set the mtu option to {probe.largest + VXLAN_OVERHEAD} or less"
                if overlay else "lower the interface's MTU to the path's")
@@ -131,7 +139,7 @@ def diagnose(peer: Peer, probe: PathProbe, *, pod_mtu: int, vxlan_link: Optional
     if probe.too_large_refused is False:
         return broken(f"a packet of {pod_mtu + 1} bytes (over the pods' MTU of {pod_mtu}) "
                       f"left for {node} instead of being refused here: {route.dev}'s MTU is "
-                      "larger than the pods'")
+                      "larger than the pods' (restart flanneld)")
     return Finding(peer, via, True, "", probe.largest)
 
 

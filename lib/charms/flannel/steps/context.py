@@ -211,11 +211,12 @@ class HookContext:
         return hashlib.sha256((self.templates / name).read_bytes()).hexdigest()
 
     @contextlib.contextmanager
-    def etcd_store(self, connection_string: str, timeout: float = 5.0):
+    def etcd_store(self, connection_string: str, timeout: float = 5.0, *,
+                   remember: bool = True):
         """flannel's keys in etcd (adapters/etcd.py's NetworkStore), through
         the relation's endpoints and the client files on disk, the endpoint
-        that answered last tried first, and remembered. Raises
-        EtcdUnavailable."""
+        that answered last tried first, and remembered (unless `remember`
+        is False: an action writes nothing). Raises EtcdUnavailable."""
         from ..adapters.etcd import EtcdClientSettings, NetworkStore
         settings = EtcdClientSettings.from_client_files(connection_string, self.client_files,
                                                         timeout=timeout)
@@ -223,7 +224,7 @@ class HookContext:
             try:
                 yield store
             finally:
-                if store.answered:
+                if remember and store.answered:
                     self.state.etcd_answered = store.answered
 
     def cni_network_name(self) -> str:

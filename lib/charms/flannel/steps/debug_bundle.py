@@ -5,6 +5,7 @@ key is replaced by a note."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -43,9 +44,14 @@ def collect(ctx: HookContext, *, journal_lines: int) -> dict[str, str]:
                                      for device in vxlan_devices) or "(no vxlan device)\n"
     entries["iptables.txt"] = "".join(flannel_rules(machine, command)
                                       for command in iptables.iptables_commands(machine))
-    entries["nftables.txt"] = "".join(
-        bundle.command_output(machine, ["nft", "list", "table", family, name])
-        for family, name in nftables.flannel_tables(machine)) or "(no flannel nft table)\n"
+    try:
+        tables = nftables.flannel_tables(machine)
+    except (OSError, subprocess.SubprocessError) as error:
+        tables, entries["nftables.txt"] = [], f"(could not list nft tables: {error})\n"
+    if tables or "nftables.txt" not in entries:
+        entries["nftables.txt"] = "".join(
+            bundle.command_output(machine, ["nft", "list", "table", family, name])
+            for family, name in tables) or "(no flannel nft table)\n"
     entries["etcd.json"] = etcd_view(ctx)
     entries["unit-state.json"] = unit_state(ctx.state)
     return entries
@@ -65,7 +71,7 @@ def etcd_view(ctx: HookContext) -> str:
         found = etcd_leases(ctx)
         leases = [{"key": lease.key, "subnet": lease.subnet, "ipv6-subnet": lease.ipv6_subnet,
                    "attributes": lease.attributes, "expires-in": ttl,
-                   "unit": found.units.get(lease.subnet)}
+                   "unit": found.units.get((lease.subnet, lease.public_ip))}
                   for lease, ttl in found.lifetimes]
     except EtcdUnavailable as error:
         leases = f"cannot reach etcd: {error.reason}"

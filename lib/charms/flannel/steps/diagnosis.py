@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..adapters import probes
-from ..facts.diagnosis import Finding, PathProbe, Peer, diagnose, largest_crossing, summary
+from ..facts.diagnosis import (Finding, PathProbe, Peer, diagnose, gateway, largest_crossing,
+                               summary)
 from ..facts.etcd_keys import EtcdUnavailable, Lease
 from ..facts.netconfig import VXLAN
 from ..facts.paths import SERVICE_NAME
@@ -52,13 +53,13 @@ def peer_of(lease: Lease, units: dict[str, str]) -> Peer:
     return Peer(subnet=lease.subnet, public_ip=lease.public_ip or "",
                 backend=str(lease.attributes.get("BackendType") or VXLAN),
                 vtep_mac=data.get("VtepMAC") if isinstance(data, dict) else None,
-                unit=units.get(lease.subnet))
+                unit=units.get((lease.subnet, lease.public_ip)))
 
 
 @dataclass(frozen=True)
 class EtcdLeases:
     lifetimes: list            # (Lease, seconds left or None), every lease
-    units: dict                # IPv4 subnet -> the unit that named itself its holder
+    units: dict                # (IPv4 subnet, address) -> the unit that named itself its holder
 
 
 def etcd_leases(ctx: HookContext) -> EtcdLeases:
@@ -66,16 +67,21 @@ def etcd_leases(ctx: HookContext) -> EtcdLeases:
     endpoints = ctx.state.etcd_endpoints
     if not endpoints or not ctx.client_files.key_file.exists():
         raise EtcdUnavailable("this unit has not written to etcd yet (no etcd relation?)")
-    with ctx.etcd_store(endpoints, timeout=5.0) as store:
+    with ctx.etcd_store(endpoints, timeout=5.0, remember=False) as store:
         return EtcdLeases(store.lease_lifetimes(), store.unit_names())
 
 
 def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
     report = NetworkReport()
     lease, confirmed = ctx.lease(), ctx.confirmed
+    missing = probes.missing_commands(ctx.machine)
+    if missing:
+        report.own_problems.append("cannot probe: {} not installed".format(", ".join(missing)))
+        return report
     if lease is None or confirmed is None:
-        report.own_problems.append(f"this node holds no lease: no {ctx.paths.subnet_env} "
-                                   "(flanneld has not leased a subnet here)")
+        why = ("is not a lease flanneld wrote (garbled?)" if ctx.paths.subnet_env.exists()
+               else "is missing (flanneld has not leased a subnet here)")
+        report.own_problems.append(f"this node holds no lease: {ctx.paths.subnet_env} {why}")
         return report
     if not ctx.systemd.is_active(SERVICE_NAME):
         report.own_problems.append("flanneld is not running here (journalctl -u flannel)")
@@ -89,8 +95,7 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
     if not any(held.subnet == own for held in leases):
         report.own_problems.append(f"this node's lease of {own} is gone from etcd: flanneld "
                                    "leases again when it restarts (update-status restarts it)")
-    peers = [peer_of(held, found.units) for held in leases
-             if held.subnet != own and held.public_ip]
+    peers = [peer_of(held, found.units) for held in leases if held.subnet != own]
     link = confirmed.vxlan_link
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         probed = list(pool.map(lambda peer: probe_path(ctx, peer, link, lease.mtu, timeout),
@@ -105,16 +110,16 @@ def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu:
                timeout: float) -> PathProbe:
     """Measure the way to one peer, stopping at the first thing missing."""
     machine = ctx.machine
-    route = probes.route_to(machine, peer.subnet)
+    route = probes.route_to(machine, peer.subnet) if peer.public_ip else None
     if route is None:
         return PathProbe(route=None)
     fdb = neighbour = None
     overlay = route.overlay(vxlan_link)
-    target = peer.subnet.split("/")[0] if overlay else peer.public_ip
+    target = gateway(peer, route, vxlan_link)
     if overlay and peer.vtep_mac:
         fdb = probes.fdb_sends(machine, route.dev, peer.vtep_mac, peer.public_ip)
         neighbour = probes.neighbour_has(machine, route.dev, target, peer.vtep_mac)
-        if not (fdb and neighbour):
+        if fdb is False or neighbour is False:
             return PathProbe(route=route, fdb=fdb, neighbour=neighbour)
     node_answers = probes.ping(machine, peer.public_ip, timeout=timeout) is probes.Echo.ANSWERED
     if probes.ping(machine, target, timeout=timeout) is not probes.Echo.ANSWERED:
@@ -122,10 +127,16 @@ def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu:
 
     def crosses(size: int) -> bool:
         return probes.ping(machine, target, timeout=timeout, size=size) is probes.Echo.ANSWERED
-    largest = pod_mtu if crosses(pod_mtu) else largest_crossing(
+    full_size = probes.ping(machine, target, timeout=timeout, size=pod_mtu)
+    if full_size is probes.Echo.REFUSED:
+        return PathProbe(route=route, fdb=fdb, neighbour=neighbour, node_answers=node_answers,
+                         gateway_answers=True, full_size_refused=True)
+    largest = pod_mtu if full_size is probes.Echo.ANSWERED else largest_crossing(
         crosses, min(PLAIN_PING, pod_mtu), pod_mtu - 1)
-    refused = probes.ping(machine, target, timeout=timeout,
-                          size=pod_mtu + 1) is probes.Echo.REFUSED
+    # through the vxlan device a pod's packet one byte too large must be
+    # refused here; a direct route's interface is larger than the pods' MTU
+    refused = probes.ping(machine, target, timeout=timeout, size=pod_mtu + 1) \
+        is probes.Echo.REFUSED if overlay else None
     return PathProbe(route=route, fdb=fdb, neighbour=neighbour, node_answers=node_answers,
                      gateway_answers=True, largest=largest, too_large_refused=refused)
 
@@ -168,11 +179,12 @@ def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
     own = str(lease.subnet.network) if lease else None
 
     def answers(held: Lease) -> Optional[bool]:
-        if held.subnet == own or not held.public_ip:
+        if held.subnet == own or not held.public_ip or not ctx.machine.has("ping"):
             return None
         return probes.ping(ctx.machine, held.public_ip,
                            timeout=timeout) is probes.Echo.ANSWERED
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         answered = list(pool.map(answers, [held for held, _ in lifetimes]))
-    return [LeaseRow(held, ttl, held.subnet == own, node, found.units.get(held.subnet))
+    return [LeaseRow(held, ttl, held.subnet == own, node,
+                     found.units.get((held.subnet, held.public_ip)))
             for (held, ttl), node in zip(lifetimes, answered)]

@@ -135,11 +135,12 @@ def register(ctx: HookContext, connection_string: str, seen: EtcdHealth, out: Ou
         return
     try:
         with ctx.etcd_store(connection_string, timeout=3.0) as store:
-            store.register_unit(ctx.juju.unit, lease_of)
+            registered = store.register_unit(ctx.juju.unit, lease_of)
     except EtcdUnavailable as error:
         out.say(f"Could not name this unit beside its lease in etcd: {error.reason}")
         return
-    ctx.state.registered_lease = lease_of
+    if registered:
+        ctx.state.registered_lease = lease_of
 
 
 def watch_stuck(ctx: HookContext) -> bool:
