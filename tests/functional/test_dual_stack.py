@@ -243,6 +243,11 @@ def test_host_gw_routes_each_family_to_the_other_node(open_cluster):
             assert (v6, cluster.machines[other].address6, "eth0") in routes, routes
             assert not cluster.vxlan_links(m)
         assert_pods_reach_each_other_in_both_families(cluster)
+        # check-network over host-gw: the other node probed at its own address
+        run = cluster.run_action(cluster.unit_on("m1"), "check-network", timeout=0.5)
+        assert run.ok, (run.message, run.results)
+        [node] = run.results["nodes"].values()
+        assert node["gateway"] == cluster.machines["m2"].address, node
         delete_pods(cluster, cluster.pods)
         cluster.remove_cni_relation()
         for m in MACHINES:
