@@ -140,6 +140,32 @@ def test_update_status_finds_each_dual_stack_lease_and_restarts_nothing(cluster)
     assert not cluster.failed_hooks()
 
 
+def test_check_network_probes_both_families_and_names_a_missing_ipv6_route(cluster):
+    """check-network on m1 probes m2's lease in each family (the IPv6 one
+    through flannel-v6.1, up to that device's MTU); with m1's IPv6 route to
+    m2 gone, and IPv4 whole, it names that route."""
+    unit = cluster.unit_on("m1")
+    run = cluster.run_action(unit, "check-network", timeout=0.5)
+    assert run.ok, (run.message, run.results)
+    v4, v6 = (str(ipaddress.ip_interface(gw).network) for gw in gateways(cluster, "m2"))
+    nodes = {node["subnet"]: node for node in run.results["nodes"].values()}
+    assert set(nodes) == {v4, v6}
+    assert nodes[v6]["gateway"] == str(ipaddress.ip_network(v6).network_address)
+    assert nodes[v6]["largest-packet"] == \
+        str(cluster.vxlan_links("m1")["flannel-v6.1"]["mtu"]), nodes[v6]
+    m1 = cluster.machines["m1"]
+    [route] = m1.ip_json("-6", "route", "show", v6)
+    m1.run(["ip", "-6", "route", "del", v6])
+    try:
+        broken = cluster.run_action(unit, "check-network", timeout=0.5)
+    finally:
+        m1.run(["ip", "-6", "route", "add", v6, "via", route["gateway"], "dev", route["dev"],
+                "onlink"])
+    assert broken.status == "failed" and f"this node has no route to {v6}" in broken.message
+    assert {node["subnet"]: node["status"] for node in broken.results["nodes"].values()} == \
+        {v4: "ok", v6: "broken"}
+
+
 def test_a_node_without_a_route_to_another_nodes_lease_gets_it_back_at_update_status(
         cluster):
     """What flanneld v0.27.4 leaves when it misses a lease event (seen after
@@ -244,10 +270,11 @@ def test_host_gw_routes_each_family_to_the_other_node(open_cluster):
             assert not cluster.vxlan_links(m)
         assert_pods_reach_each_other_in_both_families(cluster)
         # check-network over host-gw: the other node probed at its own address
+        # in each family
         run = cluster.run_action(cluster.unit_on("m1"), "check-network", timeout=0.5)
         assert run.ok, (run.message, run.results)
-        [node] = run.results["nodes"].values()
-        assert node["gateway"] == cluster.machines["m2"].address, node
+        assert sorted(node["gateway"] for node in run.results["nodes"].values()) == \
+            sorted((cluster.machines["m2"].address, cluster.machines["m2"].address6))
         delete_pods(cluster, cluster.pods)
         cluster.remove_cni_relation()
         for m in MACHINES:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from charms.flannel.facts.diagnosis import (Finding, PathProbe, Peer, Route, diagnose,
-                                            largest_crossing, summary)
+from charms.flannel.facts.diagnosis import (Finding, PathProbe, Peer, Route, diagnose, gateway,
+                                            icmp_headers, largest_crossing, summary)
 
 PEER = Peer(subnet="10.1.52.0/24", public_ip="172.31.254.12", vtep_mac="a6:e9:85:f3:d7:da",
             unit="flannel/1")
@@ -89,6 +89,14 @@ def test_the_summary_names_each_broken_node_and_this_nodes_own_problems():
     assert summary([ok, bad], ["flanneld is not running here"]) == \
         "flanneld is not running here; 172.31.254.13: no route"
     assert Peer("10.1.9.0/24", "172.31.254.13").key == "10-1-9-0-24"
+
+
+def test_an_ipv6_lease_is_probed_at_its_flannel_v6_gateway_with_ipv6_headers():
+    peer = Peer(subnet="fd10:1:0:4f::/64", public_ip="fd00:ac1f:fe::12")
+    route = Route(via="fd10:1:0:4f::", dev="flannel-v6.1")
+    assert gateway(peer, route, "flannel-v6.1") == "fd10:1:0:4f::"
+    assert peer.key == "fd10-1-0-4f-64"
+    assert (icmp_headers("fd10:1:0:4f::"), icmp_headers("10.1.52.0")) == (48, 28)
 
 
 def test_a_lease_without_a_node_address_is_broken():

@@ -10,7 +10,7 @@ import json
 import subprocess
 from typing import Optional
 
-from ..facts.diagnosis import ICMP_HEADERS, Route
+from ..facts.diagnosis import Route, icmp_headers
 from .machine import Machine
 
 # what the probes run: a node without one of them cannot be checked
@@ -29,11 +29,13 @@ def missing_commands(machine: Machine) -> list[str]:
 
 def ping(machine: Machine, address: str, *, timeout: float, size: Optional[int] = None
          ) -> Echo:
-    """One IPv4 echo to `address`; with `size`, a packet of that many bytes
-    (headers included) with DF set. (ping's -q would hide the refusal.)"""
-    argv = ["ping", "-n", "-c", "1", "-W", f"{timeout:g}"]
+    """One echo to `address` (IPv4 or IPv6); with `size`, a packet of that
+    many bytes (headers included) with DF set. (ping's -q would hide the
+    refusal.)"""
+    family = "-6" if ":" in address else "-4"
+    argv = ["ping", family, "-n", "-c", "1", "-W", f"{timeout:g}"]
     if size is not None:
-        argv += ["-M", "do", "-s", str(size - ICMP_HEADERS)]
+        argv += ["-M", "do", "-s", str(size - icmp_headers(address))]
     try:
         done = machine.run(argv + [address], check=False)
     except (OSError, subprocess.SubprocessError):
@@ -54,8 +56,9 @@ def _json(machine: Machine, argv: list[str]) -> Optional[list]:
 
 
 def route_to(machine: Machine, subnet: str) -> Optional[Route]:
-    """This node's route to exactly `subnet`, or None."""
-    for route in _json(machine, ["ip", "-j", "-4", "route", "show", "exact", subnet]) or ():
+    """This node's route to exactly `subnet` (either family), or None."""
+    family = "-6" if ":" in subnet else "-4"
+    for route in _json(machine, ["ip", "-j", family, "route", "show", "exact", subnet]) or ():
         if "dev" in route:
             return Route(via=route.get("gateway"), dev=route["dev"])
     return None
@@ -74,7 +77,8 @@ def fdb_sends(machine: Machine, device: str, mac: str, address: str) -> Optional
 def neighbour_has(machine: Machine, device: str, address: str, mac: str) -> Optional[bool]:
     """`device`'s neighbour entry for `address` has `mac`; None when `ip`
     cannot say."""
-    found = _json(machine, ["ip", "-j", "-4", "neigh", "show", "dev", device, address])
+    family = "-6" if ":" in address else "-4"
+    found = _json(machine, ["ip", "-j", family, "neigh", "show", "dev", device, address])
     if found is None:
         return None
     return any(entry.get("lladdr", "").lower() == mac.lower() for entry in found)

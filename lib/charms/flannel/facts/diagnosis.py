@@ -13,24 +13,30 @@ it must be, rather than sent to be lost.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Optional
 
 from .netconfig import VXLAN, VXLAN_OVERHEAD
 
-# An IPv4 echo's headers: what `ping -s` adds to the size it is given.
-ICMP_HEADERS = 28
 DEFAULT_VXLAN_PORT = 8472
+
+
+def icmp_headers(address: str) -> int:
+    """What `ping -s` adds to the size it is given: an echo's IP and ICMP
+    headers (IPv4 28 bytes, IPv6 48)."""
+    return 48 if ":" in address else 28
 
 
 @dataclass(frozen=True)
 class Peer:
-    """Another node's lease, as etcd holds it."""
-    subnet: str                      # "10.1.52.0/24"
-    public_ip: str                   # the node's address flanneld leased it for
+    """Another node's lease of one family, as etcd holds it (a dual-stack
+    lease is two: its IPv4 subnet and its IPv6 one)."""
+    subnet: str                      # "10.1.52.0/24" (or "fd10:1:0:5::/64")
+    public_ip: str                   # the node's address flanneld leased it for (PublicIPv6)
     backend: str = VXLAN             # the lease's BackendType
-    vtep_mac: Optional[str] = None   # vxlan: the node's flannel.<VNI> MAC
+    vtep_mac: Optional[str] = None   # vxlan: the node's flannel.<VNI> (flannel-v6.<VNI>) MAC
     unit: Optional[str] = None       # the flannel unit on that node, if known
 
     @property
@@ -88,7 +94,7 @@ def gateway(peer: Peer, route: Optional[Route], vxlan_link: Optional[str]) -> st
     over vxlan its flannel.<VNI> (the lease's first address, which flanneld
     gives that device), else (host-gw, direct routing) the node itself."""
     if route is not None and route.overlay(vxlan_link):
-        return peer.subnet.split("/")[0]
+        return str(ipaddress.ip_network(peer.subnet).network_address)
     return peer.public_ip
 
 

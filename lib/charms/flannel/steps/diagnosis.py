@@ -48,12 +48,22 @@ class NetworkReport:
         return out
 
 
-def peer_of(lease: Lease, units: dict[str, str]) -> Peer:
-    data = lease.attributes.get("BackendData")
-    return Peer(subnet=lease.subnet, public_ip=lease.public_ip or "",
-                backend=str(lease.attributes.get("BackendType") or VXLAN),
-                vtep_mac=data.get("VtepMAC") if isinstance(data, dict) else None,
-                unit=units.get((lease.subnet, lease.public_ip)))
+def peers_of(lease: Lease, units: dict, *, ipv6: bool) -> list[Peer]:
+    """The lease's IPv4 peer, and with `ipv6` (this node is dual-stack) its
+    IPv6 one: flanneld keeps each family's address and VTEP apart
+    (PublicIPv6, BackendV6Data)."""
+    attributes = lease.attributes
+    unit = units.get((lease.subnet, lease.public_ip))
+    backend = str(attributes.get("BackendType") or VXLAN)
+
+    def vtep(key: str) -> Optional[str]:
+        data = attributes.get(key)
+        return data.get("VtepMAC") if isinstance(data, dict) else None
+    found = [Peer(lease.subnet, lease.public_ip or "", backend, vtep("BackendData"), unit)]
+    if ipv6 and lease.ipv6_subnet:
+        found.append(Peer(lease.ipv6_subnet, str(attributes.get("PublicIPv6") or ""), backend,
+                          vtep("BackendV6Data"), unit))
+    return found
 
 
 @dataclass(frozen=True)
@@ -95,12 +105,25 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
     if not any(held.subnet == own for held in leases):
         report.own_problems.append(f"this node's lease of {own} is gone from etcd: flanneld "
                                    "leases again when it restarts (update-status restarts it)")
-    peers = [peer_of(held, found.units) for held in leases if held.subnet != own]
-    link = confirmed.vxlan_link
+    peers = [peer for held in leases if held.subnet != own
+             for peer in peers_of(held, found.units, ipv6=lease.ipv6_subnet is not None)]
+    link_mtus = {link.name: link.mtu for link in ctx.links}
+
+    def path_of(peer: Peer) -> tuple[Optional[str], int]:
+        """The vxlan device and the packet size that must cross, per family:
+        over flannel-v6.<VNI>, whose MTU Linux caps below the pods' (pods
+        get "packet too big" for larger IPv6 packets), that device's MTU."""
+        if ":" not in peer.subnet:
+            return confirmed.vxlan_link, lease.mtu
+        v6_link = confirmed.vxlan_v6_link
+        return v6_link, min(lease.mtu, link_mtus.get(v6_link) or lease.mtu)
+
+    def probe(peer: Peer) -> PathProbe:
+        link, mtu = path_of(peer)
+        return probe_path(ctx, peer, link, mtu, timeout)
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
-        probed = list(pool.map(lambda peer: probe_path(ctx, peer, link, lease.mtu, timeout),
-                               peers))
-    report.findings = [diagnose(peer, found, pod_mtu=lease.mtu, vxlan_link=link,
+        probed = list(pool.map(probe, peers))
+    report.findings = [diagnose(peer, found, pod_mtu=path_of(peer)[1], vxlan_link=path_of(peer)[0],
                                 vxlan_port=confirmed.backend.port)
                        for peer, found in zip(peers, probed)]
     return report
