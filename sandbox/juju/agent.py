@@ -241,10 +241,7 @@ class UnitAgent:
         that many seconds after it started (as a machine dying mid-hook
         would; daemons it started in sessions of their own live on)."""
         env = self.hook_env(data, unit, hook, context_id, rel_env, machine)
-        safe = context_id.replace("/", "-")
-        out = os.path.join(self.run_dir, safe + ".out")
-        err = os.path.join(self.run_dir, safe + ".err")
-        argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], f"hooks/{hook}", out, err]
+        argv, out, err = self._wrapper(unit, f"hooks/{hook}", context_id)
         started = time.time()
         t0 = time.monotonic()
         killed_after = None
@@ -294,11 +291,7 @@ class UnitAgent:
         action_id = context_id.rsplit("-", 1)[-1]
         env.update({"JUJU_DISPATCH_PATH": f"actions/{action}", "JUJU_ACTION_NAME": action,
                     "JUJU_ACTION_UUID": action_id, "JUJU_ACTION_TAG": f"action-{action_id}"})
-        safe = context_id.replace("/", "-")
-        out = os.path.join(self.run_dir, safe + ".out")
-        err = os.path.join(self.run_dir, safe + ".err")
-        argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], f"actions/{action}",
-                out, err]
+        argv, out, err = self._wrapper(unit, f"actions/{action}", context_id)
         try:
             cp = executor.run(argv, env=env, timeout=self.timeout)
             rc, wrapper_out, wrapper_err = cp.returncode, cp.stdout or b"", cp.stderr or b""
@@ -309,6 +302,14 @@ class UnitAgent:
         if MISSING_MARK in wrapper_out or NO_CHARM_MARK in wrapper_out:
             rc = None
         return rc, stdout, stderr
+
+    def _wrapper(self, unit: dict, path: str, context_id: str) -> tuple[list, str, str]:
+        """(argv of HOOK_WRAPPER dispatching `path`, its stdout file, its
+        stderr file)."""
+        safe = os.path.join(self.run_dir, context_id.replace("/", "-"))
+        argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], path,
+                safe + ".out", safe + ".err"]
+        return argv, safe + ".out", safe + ".err"
 
     def _run_killed(self, executor, argv, env, kill_after: float, t0: float):
         """Start the hook in a process group of its own, SIGKILL the group

@@ -132,9 +132,7 @@ class NetworkStore:
     def leases(self) -> list[Lease]:
         """The subnet leases flanneld holds (expired ones are gone from etcd)."""
         items = self._call(lambda client: client.get_prefix(self.subnets_prefix))
-        return [Lease.from_etcd(meta["key"].decode() if isinstance(meta["key"], bytes)
-                                else str(meta["key"]), value)
-                for value, meta in items]
+        return [_lease(value, meta) for value, meta in items]
 
     def lease_lifetimes(self) -> list[tuple[Lease, int | None]]:
         """Every lease with the seconds its etcd lease has left (None for a
@@ -142,10 +140,9 @@ class NetworkStore:
         def read(client: etcd3gw.Etcd3Client) -> list[tuple[Lease, int | None]]:
             found = []
             for value, meta in client.get_prefix(self.subnets_prefix):
-                key = meta["key"].decode() if isinstance(meta["key"], bytes) else str(meta["key"])
                 lease_id = int(meta.get("lease") or 0)
                 ttl = etcd3gw.Lease(lease_id, client).ttl() if lease_id else None
-                found.append((Lease.from_etcd(key, value), ttl))
+                found.append((_lease(value, meta), ttl))
             return found
         return self._call(read)
 
@@ -300,6 +297,12 @@ class NetworkStore:
             self._preferred = endpoint
             return result
         raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
+
+
+def _lease(value: bytes, meta: dict) -> Lease:
+    """A lease from one key etcd3gw's get_prefix returned."""
+    key = meta["key"]
+    return Lease.from_etcd(key.decode() if isinstance(key, bytes) else str(key), value)
 
 
 def _b64(data: str | bytes) -> str:

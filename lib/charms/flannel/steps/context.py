@@ -210,6 +210,14 @@ class HookContext:
         """sha256 of one of the charm's templates (what a rendered file says)."""
         return hashlib.sha256((self.templates / name).read_bytes()).hexdigest()
 
+    @property
+    def remembered_etcd(self) -> Optional[str]:
+        """The etcd this unit last wrote to, if its client files are still on
+        disk: how the stop hook and the actions reach etcd, whatever the
+        relation says by then."""
+        endpoints = self.state.etcd_endpoints
+        return endpoints if endpoints and self.client_files.key_file.exists() else None
+
     @contextlib.contextmanager
     def etcd_store(self, connection_string: str, timeout: float = 5.0, *,
                    remember: bool = True):

@@ -45,13 +45,11 @@ def collect(ctx: HookContext, *, journal_lines: int) -> dict[str, str]:
     entries["iptables.txt"] = "".join(flannel_rules(machine, command)
                                       for command in iptables.iptables_commands(machine))
     try:
-        tables = nftables.flannel_tables(machine)
-    except (OSError, subprocess.SubprocessError) as error:
-        tables, entries["nftables.txt"] = [], f"(could not list nft tables: {error})\n"
-    if tables or "nftables.txt" not in entries:
         entries["nftables.txt"] = "".join(
             bundle.command_output(machine, ["nft", "list", "table", family, name])
-            for family, name in tables) or "(no flannel nft table)\n"
+            for family, name in nftables.flannel_tables(machine)) or "(no flannel nft table)\n"
+    except (OSError, subprocess.SubprocessError) as error:
+        entries["nftables.txt"] = f"(could not list nft tables: {error})\n"
     entries["etcd.json"] = etcd_view(ctx)
     entries["unit-state.json"] = unit_state(ctx.state)
     return entries

@@ -74,8 +74,8 @@ class EtcdLeases:
 
 def etcd_leases(ctx: HookContext) -> EtcdLeases:
     """Every lease, its seconds left and its unit; raises EtcdUnavailable."""
-    endpoints = ctx.state.etcd_endpoints
-    if not endpoints or not ctx.client_files.key_file.exists():
+    endpoints = ctx.remembered_etcd
+    if endpoints is None:
         raise EtcdUnavailable("this unit has not written to etcd yet (no etcd relation?)")
     with ctx.etcd_store(endpoints, timeout=5.0, remember=False) as store:
         return EtcdLeases(store.lease_lifetimes(), store.unit_names())
@@ -118,14 +118,13 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         v6_link = confirmed.vxlan_v6_link
         return v6_link, min(lease.mtu, link_mtus.get(v6_link) or lease.mtu)
 
-    def probe(peer: Peer) -> PathProbe:
-        link, mtu = path_of(peer)
-        return probe_path(ctx, peer, link, mtu, timeout)
+    paths = [path_of(peer) for peer in peers]
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
-        probed = list(pool.map(probe, peers))
-    report.findings = [diagnose(peer, found, pod_mtu=path_of(peer)[1], vxlan_link=path_of(peer)[0],
+        probed = list(pool.map(lambda peer, path: probe_path(ctx, peer, *path, timeout),
+                               peers, paths))
+    report.findings = [diagnose(peer, found, pod_mtu=mtu, vxlan_link=link,
                                 vxlan_port=confirmed.backend.port)
-                       for peer, found in zip(peers, probed)]
+                       for peer, found, (link, mtu) in zip(peers, probed, paths)]
     return report
 
 
@@ -200,9 +199,10 @@ def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
     lifetimes = found.lifetimes
     lease = ctx.lease()
     own = str(lease.subnet.network) if lease else None
+    can_ping = ctx.machine.has("ping")
 
     def answers(held: Lease) -> Optional[bool]:
-        if held.subnet == own or not held.public_ip or not ctx.machine.has("ping"):
+        if held.subnet == own or not held.public_ip or not can_ping:
             return None
         return probes.ping(ctx.machine, held.public_ip,
                            timeout=timeout) is probes.Echo.ANSWERED

@@ -103,9 +103,8 @@ def forget_registration(ctx: HookContext, out: Outcome) -> None:
     """Delete the unit's name beside its lease (etcd_look.register): the
     lease itself stays its 24 h, so that a unit added back keeps the
     subnet, and list-leases shows it held by no unit meanwhile."""
-    endpoints = ctx.state.etcd_endpoints
-    if not ctx.state.registered_lease or not endpoints or \
-            not ctx.client_files.key_file.exists():
+    endpoints = ctx.remembered_etcd
+    if not ctx.state.registered_lease or endpoints is None:
         return
     try:
         with ctx.etcd_store(endpoints, timeout=3.0) as store:
@@ -125,8 +124,8 @@ def release_lease_for_backend_change(ctx: HookContext, out: Outcome) -> Optional
     if options is None or confirmed is None or \
             options.network_config().backend.type == confirmed.backend.type:
         return None   # (and etcd3gw, 0.15 s of imports, stays unloaded)
-    lease, endpoints = ctx.lease(), ctx.state.etcd_endpoints
-    if lease is None or not endpoints or not ctx.client_files.key_file.exists():
+    lease, endpoints = ctx.lease(), ctx.remembered_etcd
+    if lease is None or endpoints is None:
         return None
     subnet = str(lease.subnet.network)
     try:
