@@ -49,6 +49,7 @@ import tempfile
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -57,6 +58,7 @@ from sandbox.etcd import EtcdServer
 from sandbox.juju import (Controller, EtcdApp, KubernetesWorkerApp, OpsKubernetesControlPlaneApp,
                           OpsKubernetesWorkerApp)
 from sandbox.juju.apps import CNI_PLUGINS
+from sandbox.kubernetes import Kubernetes
 from sandbox.machine import Machine
 from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
                              list_netns, owner_alive, ping_loop, run, state_root)
@@ -222,7 +224,7 @@ class Cluster:
     def __init__(self, charm_dir: Path, resource: Path, *, workers: int = 2,
                  worker_generation: str = "reactive", control_plane: bool = False,
                  routed_workers: int = 0, etcd_v2: bool = False, auto_retry: bool = True,
-                 worker_runtime_ready: bool = True,
+                 worker_runtime_ready: bool = True, kubernetes: bool = False,
                  label: str = "", say: Callable[[str], None] = lambda _: None,
                  workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
@@ -244,6 +246,13 @@ class Cluster:
         # the reactive worker extracts its cni-plugins once its container
         # runtime is ready: at its install, or (False) when a test says so
         self.worker_runtime_ready = worker_runtime_ready
+        # Kubernetes itself (sandbox.kubernetes): an API server on the control
+        # plane, kubelet and kube-proxy on every machine, driven by the ops
+        # principals; it needs both
+        if kubernetes and (not control_plane or worker_generation != "ops"):
+            raise ValueError("kubernetes=True needs control_plane=True and the ops worker")
+        self.with_kubernetes = kubernetes
+        self.kubernetes: Optional[Kubernetes] = None
         self.say = say
         self.timings = Timings()
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="flannel-sandbox-")
@@ -317,6 +326,14 @@ class Cluster:
                 machine = Machine(name, self.network,
                                   segment="routed" if name in routed else "main").start()
                 self.machines[machine.name] = machine
+        if self.with_kubernetes:
+            with self.timings.phase("containerd on every machine, Kubernetes' certificates",
+                                    self.say):
+                self.kubernetes = Kubernetes(self.workdir / "kubernetes", pki,
+                                             self.etcd.connection_string)
+                with ThreadPoolExecutor(max_workers=len(self.machines)) as pool:
+                    list(pool.map(self.kubernetes.prepare_node, self.machines.values()))
+                self.kubernetes.attach_control_plane(self.machines[CONTROL_PLANE_MACHINE])
         principals = f"{self.worker_generation} kubernetes-worker" + (
             " and kubernetes-control-plane" if self.with_control_plane else "")
         with self.timings.phase(f"deploy etcd, {principals}", self.say):
@@ -331,6 +348,7 @@ class Cluster:
             # the reactive worker's cni-plugins (v0.7.5) had a flannel of its own
             if self.worker_generation == "ops":
                 self.worker_app = OpsKubernetesWorkerApp()
+                self.worker_app.kubernetes = self.kubernetes
             else:
                 self.worker_app = KubernetesWorkerApp(flannel=workers_flannel(self.resource))
                 self.worker_app.container_runtime_ready = self.worker_runtime_ready
@@ -338,6 +356,7 @@ class Cluster:
                 self.machine_ids[m] for m in self.worker_machines()])
             if self.with_control_plane:
                 self.control_plane_app = OpsKubernetesControlPlaneApp()
+                self.control_plane_app.kubernetes = self.kubernetes
                 self.controller.deploy(self.control_plane_app,
                                        to=[self.machine_ids[CONTROL_PLANE_MACHINE]])
                 self.controller.add_relation(*CONTROL_PLANE_ETCD_RELATION)

@@ -74,9 +74,11 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PARENT = "flsb-cri"              # every CRI pod's cgroup is under /flsb-cri/<netns>
 START_TIMEOUT = 120.0
 # Applets the busybox image links in /bin (what a test runs in a container).
-APPLETS = ("sh", "sleep", "ping", "ip", "cat", "ls", "hostname", "ifconfig", "route", "true")
+APPLETS = ("sh", "sleep", "ping", "ip", "cat", "ls", "hostname", "ifconfig", "route", "true",
+           # a Service's backends and client (sandbox.kubernetes)
+           "httpd", "wget", "echo", "date", "mkdir", "env")
 # Bumped when the archives' layout changes (part of the cache key).
-IMAGE_FORMAT = "1"
+IMAGE_FORMAT = "2"
 
 
 # --- images ------------------------------------------------------------------

@@ -72,6 +72,38 @@ def make_client_cert(directory: str | os.PathLike[str], ca_cert: Path, ca_key: P
                  ca_cert, ca_key)
 
 
+def make_cert(directory: str | os.PathLike[str], ca_cert: Path, ca_key: Path, name: str,
+              common_name: str, *, organisation: str = "", client: bool = True,
+              server_ips: Iterable[str] = (), server_names: Iterable[str] = ()
+              ) -> tuple[Path, Path]:
+    """A certificate from the same CA for a Kubernetes component: (cert, key).
+    Kubernetes reads the user from the CN and its groups from O
+    (system:node:m1 in system:nodes); with server_ips or server_names it
+    serves TLS too."""
+    sans = [f"IP:{ipaddress.ip_address(ip)}" for ip in server_ips]
+    sans += [f"DNS:{n}" for n in server_names]
+    usages = (["clientAuth"] if client else []) + (["serverAuth"] if sans else [])
+    subject = f"/CN={common_name}" + (f"/O={organisation}" if organisation else "")
+    return _sign(Path(directory), name, subject,
+                 "basicConstraints=critical,CA:FALSE\n"
+                 "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                 f"extendedKeyUsage={','.join(usages)}\n"
+                 + (f"subjectAltName={','.join(sans)}\n" if sans else "")
+                 + "subjectKeyIdentifier=hash\n"
+                 "authorityKeyIdentifier=keyid\n",
+                 ca_cert, ca_key)
+
+
+def make_signing_key(directory: str | os.PathLike[str], name: str) -> tuple[Path, Path]:
+    """A key pair that signs tokens (the API server's service-account key):
+    (private key, public key)."""
+    directory = Path(directory)
+    key, pub = directory / f"{name}.key", directory / f"{name}.pub"
+    _new_key(key)
+    _openssl("pkey", "-in", key, "-pubout", "-out", pub)
+    return key, pub
+
+
 def make_pki(directory: str | os.PathLike[str], server_ips: Iterable[str],
              server_names: Iterable[str] = ("localhost",)) -> Pki:
     """Create a CA, a server certificate valid for server_ips and server_names,

@@ -12,9 +12,11 @@ API::
     previous_resource(out_dir=Path) -> Path              # the same, flanneld v0.27.4
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
     crictl_path() -> Path                                # host-arch crictl, built if missing
+    kubernetes_paths() -> {component: Path}              # kube-apiserver, kubelet, ...
     binary_path(name, arch="amd64") -> Path
         # "flanneld" | "flanneld-previous" | "flannel" | "cnitool" | "crictl" | "actionlint"
-        # | "flanneld-v0.11.0"
+        # | "flanneld-v0.11.0" | "kube-apiserver" | "kubelet" | "kube-controller-manager"
+        # | "kube-scheduler" | "kube-proxy"
     host_arch() -> str                                   # "amd64" | "arm64" | "s390x"
     elf_interpreter(path) -> str | None                  # PT_INTERP of an ELF file; None: static
     ARCHES                                               # ("amd64", "arm64", "s390x")
@@ -51,6 +53,26 @@ CRICTL_VERSION = "v1.37.0"
 # actionlint: the linter for .github/workflows (tests/packaging/test_workflows.py)
 ACTIONLINT_PACKAGE = "github.com/rhysd/actionlint/cmd/actionlint"
 ACTIONLINT_VERSION = "v1.7.12"
+# Kubernetes' own components (sandbox.kubernetes), from k8s.io/kubernetes
+# through a wrapper module (sandbox/kubernetes-module: its staging modules
+# pinned to the same release); kubelet 1.38 drops Debian's containerd 1.6.
+KUBERNETES_VERSION = "v1.37.2"
+KUBERNETES_MODULE_DIR = Path(__file__).parent / "kubernetes-module"
+KUBERNETES_COMPONENTS = ("kube-apiserver", "kubelet", "kube-controller-manager",
+                         "kube-scheduler", "kube-proxy")
+
+
+def _kubernetes_component(name: str) -> GoBinary:
+    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    version = "k8s.io/component-base/version"
+    return GoBinary(
+        name, f"k8s.io/kubernetes/cmd/{name}", KUBERNETES_VERSION, output=name,
+        module_dir=str(KUBERNETES_MODULE_DIR),
+        # so that every component says v1.37.2 instead of v0.0.0-master
+        ldflags=(f"-s -w -X {version}.gitVersion={KUBERNETES_VERSION} "
+                 f"-X {version}.gitMajor={major} -X {version}.gitMinor={minor} "
+                 f"-X {version}.gitTreeState=clean"))
+
 
 BINARIES = {
     "flanneld": FLANNELD,
@@ -73,6 +95,7 @@ BINARIES = {
         ldflags=flanneld_v011.LDFLAGS, gopath_sources=flanneld_v011.SOURCES,
         prepare=flanneld_v011.prepare,
     ),
+    **{name: _kubernetes_component(name) for name in KUBERNETES_COMPONENTS},
 }
 
 
@@ -101,11 +124,21 @@ HOST_TOOLS = ("flanneld", "flanneld-previous", "crictl", "flanneld-v0.11.0", "ac
               "flannel", "cnitool")  # longest first
 
 
+def kubernetes_paths(progress=None) -> dict[str, Path]:
+    """Kubernetes' components, built one after another: they share most of
+    their packages, which the first build leaves in Go's cache for the rest
+    (built side by side, each would compile them again)."""
+    return {name: binary_path(name, host_arch(), progress) for name in KUBERNETES_COMPONENTS}
+
+
 def build_host_tools(progress, start: float) -> int:
-    """Every Go binary the sandbox runs here, built (or found cached) at once."""
+    """Every Go binary the sandbox runs here, built (or found cached) at once:
+    Kubernetes' components (the longest: minutes on a cold cache) in one
+    line, the others beside them."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {name: pool.submit(binary_path, name, host_arch(), progress)
-                   for name in HOST_TOOLS}
+        futures = {"kubernetes": pool.submit(kubernetes_paths, progress)}
+        futures.update({name: pool.submit(binary_path, name, host_arch(), progress)
+                        for name in HOST_TOOLS})
     failed = [f"{name}: {future.exception()}" for name, future in futures.items()
               if future.exception() is not None]
     for line in failed:
@@ -128,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     if args.host_tools and args.cached_only:
-        return 0 if all(cached(BINARIES[n], host_arch()) for n in HOST_TOOLS) else 1
+        every = HOST_TOOLS + KUBERNETES_COMPONENTS
+        return 0 if all(cached(BINARIES[n], host_arch()) for n in every) else 1
     if args.host_tools:
         return build_host_tools(progress, time.monotonic())
     try:

@@ -26,6 +26,16 @@ kubeconfig) and, from the control plane, `service-cidr`.
         that went stays, dangling; `ignore-missing-cni` removes it); uses
         `cidr` as the cluster cidr (written to CLUSTER_ARGS).
 
+With `kubernetes` set (a sandbox.kubernetes.Kubernetes), they also run
+Kubernetes itself as the real charms do: the control plane configures
+kube-apiserver, kube-controller-manager (`--cluster-cidr` only while the cni
+relation carries `cidr`) and kube-scheduler before its CNI step, kubelet and
+kube-proxy after it; a worker configures kubelet and kube-proxy after its
+CNI step (not with no cni relation: it stops at "Missing CNI Integration").
+Nothing stops them when the relation goes.  The real charms restart every
+service on every reconcile; here a service restarts when what it runs
+changed.
+
 What Charmed Kubernetes has beside them (certificates, kube-control,
 container runtime) is taken as ready; tests make a step not ready with
 `ca_ready = False` / `kube_control_ready = False` and fire a hook.  The
@@ -75,6 +85,9 @@ class OpsPrincipal(EmulatedApp):
         self.ca_ready = True
         self.kube_control_ready = True
         self.reconciled: dict[str, bool] = {}          # unit -> last reconcile finished
+        # sandbox.kubernetes.Kubernetes when the cluster runs Kubernetes itself:
+        # the reconcile then configures and starts its components
+        self.kubernetes = None
         self.extractions: list[tuple[str, str]] = []   # (unit, hook) that extracted
 
     def attach(self, controller) -> None:
@@ -193,6 +206,9 @@ class OpsKubernetesWorkerApp(OpsPrincipal):
         # kube-control's default-cni is "" unless set on the control plane:
         # the worker then only clears 01-default.*.
         self.set_default_cni_conf_file(ctx, None)
+        if self.kubernetes is not None:
+            self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(),
+                                           self.cni_value(ctx, "cidr"))
 
 
 class OpsKubernetesControlPlaneApp(OpsPrincipal):
@@ -219,6 +235,9 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
         self.require_certificates()
         self.write_kubeconfig(ctx, f"https://{ctx.address()}:6443")
         cidr = self.cni_value(ctx, "cidr", config.get("default-cni") or "")
+        if self.kubernetes is not None:
+            # --cluster-cidr only while the cni relation carries one
+            self.kubernetes.configure_control_plane(ctx, ctx.address(), cidr)
         self._write(ctx, CLUSTER_ARGS,
                     f"--cluster-cidr={cidr or ''}\n"
                     f"--service-cluster-ip-range={config['service-cidr']}\n".encode())
@@ -231,6 +250,8 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
             # a 01-default.* made for a CNI that has gone stays, dangling.
             raise NotReady("blocked", "Missing CNI relation or config")
         self.set_default_cni_conf_file(ctx, conf_file)
+        if self.kubernetes is not None:
+            self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(), cidr)
 
     def require_etcd(self, ctx: HookContext) -> None:
         keys = ("connection_string", "client_ca", "client_cert", "client_key")

@@ -43,6 +43,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "functional: the built charm on sandbox machines (root, namespaces, "
         "real etcd/flanneld/CNI plugins; minutes)")
+    config.addinivalue_line(
+        "markers", "kubernetes: Kubernetes itself in the sandbox (kube-apiserver, kubelet, "
+        "kube-proxy; `-m 'not kubernetes'` skips them)")
 
 
 @pytest.hookimpl(hookwrapper=True)

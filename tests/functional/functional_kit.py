@@ -76,13 +76,14 @@ def plugin_differences(before: dict[str, Plugins], now: dict[str, Plugins], *,
 
 
 def deploy_and_wait(cluster: Cluster, charm_dir: Optional[Path] = None, *,
-                    config: Optional[dict] = None, timeout: float = 180) -> dict[str, Plugins]:
+                    config: Optional[dict] = None, resource: Optional[Path] = None,
+                    timeout: float = 180) -> dict[str, Plugins]:
     """Deploy flannel (related to etcd and the worker), wait for active.
     Returns the worker's plugins as they were before flannel arrived."""
     before = all_plugin_bytes(cluster)
     assert all(data for files in before.values() for data in files.values()), \
         f"the worker did not install its CNI plugins: {before}"
-    cluster.deploy_flannel(config=config, charm_dir=charm_dir)
+    cluster.deploy_flannel(config=config, charm_dir=charm_dir, resource=resource)
     with cluster.timings.phase("flannel becomes active", cluster.say):
         cluster.wait_for_flannel(timeout=timeout)
     cluster.say(cluster.status_table())

