@@ -130,6 +130,7 @@ class Kubernetes:
         self.api_address: str | None = None
         self.control_plane = None                # the Machine kubectl runs on
         self._certs: dict[str, tuple[Path, Path]] = {}
+        self._lock = threading.Lock()
         self.sa_key, self.sa_pub = make_signing_key(self.dir, "service-account")
 
     # --- the machines ----------------------------------------------------------------
@@ -151,8 +152,8 @@ class Kubernetes:
             mask.write_text(f"{value}\n")
             script.append(f"mountpoint -q /proc/sys/{name} || "
                           f"mount --bind {mask} /proc/sys/{name}")
-        script.append(f'for h in /sys/fs/cgroup/*/; do mkdir -p "${{h}}{runtime.cgroup.lstrip("/")}";'
-                      " done")
+        cgroup = runtime.cgroup.lstrip("/")
+        script.append(f'for h in /sys/fs/cgroup/*/; do mkdir -p "${{h}}{cgroup}"; done')
         machine.run(["sh", "-c", "\n".join(script)])
 
     def attach_control_plane(self, machine) -> None:
@@ -164,10 +165,11 @@ class Kubernetes:
         """(certificate, key) PEM for `user`, made once per name and user
         (every node's kubelet certificate is called kubelet.crt on it)."""
         stem = f"{name}.{user.replace(':', '_')}"
-        if stem not in self._certs:
-            self._certs[stem] = make_cert(self.dir, self.pki.ca_cert, self.pki.ca_key, stem,
-                                          user, organisation=group, server_ips=server_ips,
-                                          server_names=server_names)
+        with self._lock:   # two units' hooks may ask for kube-proxy's at once
+            if stem not in self._certs:
+                self._certs[stem] = make_cert(self.dir, self.pki.ca_cert, self.pki.ca_key, stem,
+                                              user, organisation=group,
+                                              server_ips=server_ips, server_names=server_names)
         cert, key = self._certs[stem]
         return cert.read_bytes(), key.read_bytes()
 
@@ -254,12 +256,12 @@ class Kubernetes:
         return _apply(ctx, files, commands)
 
     # --- a node ------------------------------------------------------------------------
-    def configure_node(self, ctx, node: str, address: str,
-                       cluster_cidr: str | None) -> list[str]:
+    def configure_node(self, ctx, node: str, address: str, cluster_cidr: str | None,
+                       taints: tuple[str, ...] = ()) -> list[str]:
         """kubelet and kube-proxy on `node` (the machine of `ctx`'s unit),
-        with kube-proxy given `cluster_cidr` (the cni relation's, when set).  Nothing until the control plane is
-        configured (no API server to register with).  Returns the units
-        (re)started."""
+        with kube-proxy given `cluster_cidr` (the cni relation's, when set).
+        Nothing until the control plane is configured (no API server to
+        register with).  Returns the units (re)started."""
         if self.api_address is None:
             return []
         runtime = runtime_for(self.machine_of(ctx))
@@ -292,6 +294,7 @@ class Kubernetes:
                              "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": False,
+            **({"registerWithTaints": [_taint(t) for t in taints]} if taints else {}),
         }
         proxy_config = {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
@@ -303,10 +306,10 @@ class Kubernetes:
             "conntrack": {"maxPerCore": 0, "min": 0},
             **({"clusterCIDR": cluster_cidr} if cluster_cidr else {}),
         }
-        files[f"{CONF}/kubelet-config.yaml"] = (json.dumps(kubelet_config, indent=1).encode(),
-                                               0o644)
-        files[f"{CONF}/kube-proxy-config.yaml"] = (json.dumps(proxy_config, indent=1).encode(),
-                                                  0o644)
+        # JSON is YAML: both read it as their config file
+        for name, config in (("kubelet-config.yaml", kubelet_config),
+                             ("kube-proxy-config.yaml", proxy_config)):
+            files[f"{CONF}/{name}"] = (json.dumps(config, indent=1).encode(), 0o644)
         commands = {
             "kubelet": [f"--config={CONF}/kubelet-config.yaml",
                         f"--kubeconfig={CONF}/kubelet.conf", f"--hostname-override={node}",
@@ -372,6 +375,9 @@ class Kubernetes:
         self.wait_for(f"pod {name} Running",
                       lambda: self.pod_phase(name, namespace) == "Running", timeout)
 
+    def logs(self, pod: str, namespace: str = "default") -> str:
+        return self.kubectl("logs", pod, "-n", namespace, timeout=30).stdout
+
     def wait_default_service_account(self, timeout: float = 60) -> None:
         """A pod is refused until the controller-manager made the namespace's
         `default` service account."""
@@ -422,13 +428,16 @@ class ReadyWatch:
 
     def _run(self) -> None:
         last: dict[str, tuple[str, str]] = {}
-        while not self._stop.is_set():
+        while True:
+            stopping = self._stop.is_set()   # one more look once told to stop
             now = self._conditions()
             at = time.monotonic() - self._started
             for node, state in sorted(now.items()):
                 if last.get(node) != state:
                     self.changes.append((at, node, *state))
             last.update(now)
+            if stopping:
+                return
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "ReadyWatch":
@@ -455,6 +464,14 @@ class ReadyWatch:
     def timeline(self) -> str:
         return "\n".join(f"  {at:6.1f}s {node}: Ready={status} {reason}".rstrip()
                          for at, node, status, reason in self.changes)
+
+
+def _taint(text: str) -> dict:
+    """"key=value:Effect" or "key:Effect" as KubeletConfiguration takes it."""
+    key_value, effect = text.rsplit(":", 1)
+    key, _, value = key_value.partition("=")
+    return {"key": key, "value": value, "effect": effect} if value else \
+        {"key": key, "effect": effect}
 
 
 def stop_components(machine) -> None:
@@ -494,7 +511,8 @@ def _apply(ctx, files: dict[str, tuple[bytes, int]], commands: dict[str, list[st
         unit_changed = _write_if_changed(ctx, path, _unit_file(component, args).encode(), 0o644)
         reload_needed |= unit_changed
         reads = {p for p in files if any(p in arg for arg in args)}
-        reads |= {q for p in list(reads) for q in files if q in files[p][0].decode(errors="replace")}
+        reads |= {q for p in list(reads) for q in files
+                  if q in files[p][0].decode(errors="replace")}
         active = ctx.run(["systemctl", "is-active", "--quiet", unit], check=False).returncode == 0
         if unit_changed or reads & changed or not active:
             touched.append(unit)

@@ -58,6 +58,8 @@ KUBECONFIG = "/etc/kubernetes/kubeconfig"
 CLUSTER_ARGS = "/etc/kubernetes/kube-controller-manager.args"
 IMAGE_REGISTRY = "rocks.canonical.com:443/cdk"
 SERVICE_CIDR = "10.152.183.0/24"
+# the control plane's kubelet registers with it (its register-with-taints default)
+CONTROL_PLANE_TAINT = "node-role.kubernetes.io/control-plane:NoSchedule"
 
 
 class NotReady(Exception):
@@ -251,7 +253,8 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
             raise NotReady("blocked", "Missing CNI relation or config")
         self.set_default_cni_conf_file(ctx, conf_file)
         if self.kubernetes is not None:
-            self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(), cidr)
+            self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(), cidr,
+                                           taints=(CONTROL_PLANE_TAINT,))
 
     def require_etcd(self, ctx: HookContext) -> None:
         keys = ("connection_string", "client_ca", "client_cert", "client_key")

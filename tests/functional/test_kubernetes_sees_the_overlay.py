@@ -70,6 +70,88 @@ def events_of(k8s, pod: str) -> list[dict]:
     return json.loads(out)["items"]
 
 
+WEB = {
+    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+    "spec": {
+        "replicas": len(NODES), "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {
+                # one per node, the control plane's included
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "web"}},
+                     "topologyKey": "kubernetes.io/hostname"}]}},
+                "tolerations": [{"key": "node-role.kubernetes.io/control-plane",
+                                 "operator": "Exists", "effect": "NoSchedule"}],
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "httpd", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && "
+                                "exec httpd -f -p 8080 -h /www"],
+                    "ports": [{"containerPort": 8080}]}]}}}}
+WEB_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "web"},
+                        "ports": [{"port": 80, "targetPort": 8080}]}}
+# a request every 0.2 s, one line each: "ok <the pod that answered>" or "lost"
+# (no cluster DNS here: the Service by the variable kubelet sets for it; an
+# answer's last line is the page, the name of the pod that served it)
+CLIENT_LOOP = ("while true; do answer=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | "
+               "nc -w 2 $WEB_SERVICE_HOST 80 | tail -n 1); "
+               "if [ -n \"$answer\" ]; then echo ok $answer; else echo lost; fi; sleep 0.2; done")
+
+
+def answers(k8s, pod: str = "client") -> list[str]:
+    return k8s.logs(pod).splitlines()
+
+
+def requests_during(k8s, action) -> tuple[int, list[str]]:
+    """Requests the client made while `action()` ran and 3 s after:
+    (how many, those lost)."""
+    mark = len(answers(k8s))
+    action()
+    time.sleep(3)
+    during = answers(k8s)[mark:]
+    return len(during), [line for line in during if not line.startswith("ok")]
+
+
+def test_a_service_answers_through_a_refresh(cluster, resource):
+    k8s = cluster.kubernetes
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(WEB))
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(WEB_SERVICE))
+    k8s.kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=130)
+    web_nodes = {p["spec"]["nodeName"] for p in k8s.get("pods", "")["items"]
+                 if p["metadata"]["labels"].get("app") == "web"}
+    assert web_nodes == set(NODES), web_nodes
+    cluster_ip = k8s.get("service", "web")["spec"]["clusterIP"]
+    client = pod_manifest("client", node="m1", command=CLIENT_LOOP)
+    k8s.kubectl("create", "-f", "-", input=client)
+    k8s.wait_pod_running("client")
+    # the Service answers from every node's pod, through kube-proxy's
+    # rules and flannel's routes
+    k8s.wait_for("answers from all three web pods",
+                 lambda: len({line for line in answers(k8s) if line.startswith("ok")}) >= 3,
+                 timeout=60)
+    print(f"web's ClusterIP {cluster_ip}; the client's first answers: {answers(k8s)[:6]}")
+
+    flanneld_before = {m: cluster.flanneld_pids(m) for m in NODES}
+    sent, lost = requests_during(k8s, lambda: (cluster.upgrade_flannel(resource),
+                                               cluster.wait_for_flannel(timeout=120)))
+    print(f"juju refresh flannel: {sent} requests, {len(lost)} lost")
+    assert all(cluster.flanneld_pids(m) != flanneld_before[m] for m in NODES), \
+        "the refresh did not restart flanneld"
+    assert sent > 10 and lost == [], (sent, lost)
+
+    m2 = cluster.machines["m2"]
+    sent, lost = requests_during(k8s, lambda: (
+        m2.run(["kill", "-9", *map(str, cluster.flanneld_pids("m2"))]),
+        k8s.wait_for("flanneld back on m2", lambda: cluster.flanneld_pids("m2"), 30)))
+    print(f"flanneld killed on m2: {sent} requests, {len(lost)} lost")
+    assert sent > 10
+    for name in ("client",):
+        k8s.kubectl("delete", "pod", name, "--wait=false")
+    k8s.kubectl("delete", "-f", "-", input=json.dumps(WEB))
+
+
 def test_a_pod_made_while_flannel_is_away_runs_once_it_is_back(cluster):
     k8s = cluster.kubernetes
     k8s.kubectl("create", "-f", "-", input=BUSYBOX_YAML)
