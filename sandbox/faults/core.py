@@ -17,11 +17,17 @@ checks a user would make:
   the fault (none twice, none gone, none of an old network's left);
 - the pods that ran before the fault still ping across machines, and a new
   pod on each machine gets an address and pings.
+
+A bench made with shared=True plays on a cluster that rows before it may
+have played on (tests/functional/test_fault_matrix.py's chains): deploy()
+then takes flannel as the row before left it, if it is there, and
+handover_problems() says whether the next row may have it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import stat
 import time
 from collections import Counter
@@ -30,6 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Optional
 
 from sandbox.cluster import FLANNEL, Cluster, ClusterError
+from sandbox.juju.operations import coerce_config
 from sandbox.machine import Machine
 from sandbox.network import ping_from_netns
 from sandbox.pod import Pod
@@ -99,11 +106,16 @@ def unreachable(pod: Pod, peer: Pod) -> list[str]:
 
 class FaultBench:
     def __init__(self, cluster: Cluster, say: Callable[[str], None] = lambda _: None,
-                 network_config: Optional[dict] = None):
+                 network_config: Optional[dict] = None, shared: bool = False):
         self.cluster = cluster
         self.say = say
         # flannel options every deploy() of the row gets (dual-stack: ipv6-cidr)
         self.network_config = dict(network_config or {})
+        # the cluster may hold flannel as the row before handed it on
+        self.shared = shared
+        # the first hook of this row's (hook_log index): what came before is
+        # the rows' before it on a shared cluster, or etcd's and the worker's
+        self.first_hook = len(cluster.controller.hook_log) if cluster.controller else 0
         self.seen: list[str] = []
         self.worker_files: dict[str, dict[str, str]] = {}   # machine -> name -> sha256
         self.pods: dict[str, Pod] = {}                      # machine -> a pod made before the fault
@@ -122,7 +134,18 @@ class FaultBench:
     def deploy(self, config: Optional[dict] = None, *, settle_active: bool = True,
                timeout: float = 180) -> None:
         """Deploy flannel related to etcd and the worker; with settle_active,
-        wait until every unit is active, snapshot() and start a pod per machine."""
+        wait until every unit is active, snapshot() and start a pod per machine.
+        On a shared cluster where the row before left flannel (handed on as
+        deployed with these options), take it as it is."""
+        if self.shared and self.cluster.flannel_units():
+            differences = self.deploy_differences(config)
+            if differences or not settle_active:
+                raise ClusterError("flannel is up from the row before, not as this row's "
+                                   f"deploy would make it: {differences or 'a fault in install'}")
+            self.say("   flannel is up as the row before handed it on: not deployed again")
+            self.cluster.wait_for_flannel(timeout=timeout)
+            self.snapshot()
+            return
         self.cluster.deploy_flannel(config={**self.network_config, **(config or {})})
         if settle_active:
             self.cluster.wait_for_flannel(timeout=timeout)
@@ -141,6 +164,55 @@ class FaultBench:
             for m in self.cluster.worker_machines():
                 if m not in self.pods:
                     self.pods[m] = self.cluster.start_pod(m)
+
+    def deploy_differences(self, config: Optional[dict] = None) -> list[str]:
+        """How deployed flannel differs from what deploy(config) makes: its
+        options, its charm, its resource (none: the same)."""
+        app = self.ctl.model().app(FLANNEL)
+        wanted = coerce_config(app["config-options"], {**self.network_config, **(config or {})})
+        out = [] if app["config"] == wanted else [f"options {app['config']}, not {wanted}"]
+        if app["charm-dir"] != os.path.abspath(self.cluster.charm_dir):
+            out.append(f"charm {app['charm-dir']}")
+        resource = (app["resources"].get(self.cluster.resource_name) or {}).get("path")
+        if resource != os.path.abspath(self.cluster.resource):
+            out.append(f"resource {resource}")
+        return out
+
+    def handover_problems(self, outcome: "Outcome") -> list[str]:
+        """Why the next row of a chain may not play on this cluster ([]: it
+        may, and this row's pods are deleted, as if it had never run them: a
+        row counts the pods on its machines). The row passed; etcd runs; every
+        flannel unit is active, its agent idle, with a running flanneld and a
+        lease; no hook kill is left armed; flannel is as deploy() makes it.
+        The cluster's pristine node states (Cluster.remember_nodes) stay
+        those of up(): flannel's removal must still leave the nodes so."""
+        problems = [] if outcome.passed else ["the row failed"]
+        if self.ctl.cancel_kills():
+            problems.append("a hook kill was left armed")
+        if self.ctl.queue:
+            problems.append(f"{len(self.ctl.queue)} hooks still queued")
+        if not self.cluster.etcd.running:
+            problems.append("etcd is not running")
+        units = self.cluster.flannel_units()
+        problems += [f"{unit} shows {text!r}" for unit, text in self.statuses().items()
+                     if not text.startswith("active")]
+        if len(units) != len(self.cluster.worker_machines()):
+            problems.append(f"flannel units {units}")
+        for m in self.cluster.worker_machines():
+            if not self.cluster.flanneld_pids(m) or \
+                    not self.cluster.subnet_env(m).get("FLANNEL_SUBNET"):
+                problems.append(f"{m}: no flanneld running with a lease")
+        if units:
+            problems += self.deploy_differences()
+        if problems:
+            return problems
+        for pod in list(self.cluster.pods):
+            error = pod.delete()
+            self.cluster.pods.remove(pod)
+            if error:
+                problems.append(f"pod {pod.name}'s CNI DEL failed: {error}")
+        self.pods.clear()
+        return problems
 
     def forget_pods(self, machine: str) -> None:
         """The machine's pods are gone (a reboot): verify() no longer pings them."""

@@ -32,9 +32,10 @@ SLOW_FACTOR = 3.0
 
 
 def slow_hook(bench: FaultBench, before: int) -> float:
-    """The row's bound for one hook during its fault: the hooks before
-    hook_log index `before` are its baseline (this run, this host)."""
-    earlier = [run.duration for run in bench.ctl.hook_log[:before]
+    """The row's bound for one hook during its fault: the row's hooks before
+    hook_log index `before` are its baseline (this run, this host; not those
+    of the rows before it on a shared cluster, whose faults slowed theirs)."""
+    earlier = [run.duration for run in bench.ctl.hook_log[bench.first_hook:before]
                if run.unit.startswith(FLANNEL + "/") and not run.skipped and run.ok]
     return max([SLOW_HOOK] + [SLOW_FACTOR * d for d in earlier])
 
