@@ -8,7 +8,9 @@
         # etcd_v2=True has etcd serve its v2 API too (flannel v0.11's);
         # auto_retry=False: a failed hook waits for controller.resolve();
         # worker_runtime_ready=False: the reactive worker extracts its
-        # plugins only once the test makes its container runtime ready.
+        # plugins only once the test makes its container runtime ready;
+        # kubernetes=True (with control_plane=True) runs Kubernetes itself:
+        # cluster.kubernetes (sandbox.kubernetes) has kubectl.
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
         cluster.wait_for_flannel()            # update-status until every unit is active
         pod = cluster.start_pod("m1")         # a real netns attached with cnitool
@@ -28,7 +30,9 @@
 Real parts: a test network of namespaces, Debian's etcd with client TLS in a
 namespace of its own, one machine (net + mount namespaces) per worker (and for
 the control plane) running the built charm's hooks, flanneld under systemctl,
-pods via cnitool. Emulated: Juju only (sandbox.juju): the controller, the etcd
+pods via cnitool, CRI pods via containerd, and with kubernetes=True
+kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+kube-proxy v1.37. Emulated: Juju only (sandbox.juju): the controller, the etcd
 charm, kubernetes-worker and kubernetes-control-plane (sandbox.juju.principals
 for the ops charms, sandbox.juju.apps.KubernetesWorkerApp for the reactive
 worker of the bug report).
@@ -247,10 +251,10 @@ class Cluster:
         # runtime is ready: at its install, or (False) when a test says so
         self.worker_runtime_ready = worker_runtime_ready
         # Kubernetes itself (sandbox.kubernetes): an API server on the control
-        # plane, kubelet and kube-proxy on every machine, driven by the ops
-        # principals; it needs both
-        if kubernetes and (not control_plane or worker_generation != "ops"):
-            raise ValueError("kubernetes=True needs control_plane=True and the ops worker")
+        # plane, kubelet and kube-proxy on every machine, driven by the
+        # principals; it needs the control plane
+        if kubernetes and not control_plane:
+            raise ValueError("kubernetes=True needs control_plane=True")
         self.with_kubernetes = kubernetes
         self.kubernetes: Optional[Kubernetes] = None
         self.say = say
@@ -351,6 +355,7 @@ class Cluster:
                 self.worker_app.kubernetes = self.kubernetes
             else:
                 self.worker_app = KubernetesWorkerApp(flannel=workers_flannel(self.resource))
+                self.worker_app.kubernetes = self.kubernetes
                 self.worker_app.container_runtime_ready = self.worker_runtime_ready
             self.controller.deploy(self.worker_app, to=[
                 self.machine_ids[m] for m in self.worker_machines()])

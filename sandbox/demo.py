@@ -1,32 +1,41 @@
-"""The user's scenario, played end to end in the sandbox (the README's main job).
+"""The user's scenario, played end to end in the sandbox (the README's main job),
+as the bug report's reporter saw it: through kubectl.
 
 Deploy flannel as Charmed Kubernetes does, on a kubernetes-control-plane
-machine and two kubernetes-worker machines (the ops principals by default,
-`--worker-generation reactive` for the worker of the bug report); show every
-principal and flannel unit active; start a CRI pod on each machine
-(containerd's CRI plugin, as kubelet makes them: sandbox.cri) and ping across
-flannel's vxlan; then remove and re-add the flannel/kubernetes-worker relation
-(LP #1866869) and show that the workers' CNI plugins are untouched, the
-control plane's flannel carried on, new pods get addresses and ping, and the
-pods made before still reach each other. Ends with the phase table and what
-the runtime costs (containerd's memory per machine, time to the first sandbox).
+machine and two kubernetes-worker machines (the ops principals), with
+Kubernetes itself running on them (sandbox.kubernetes: kube-apiserver over
+the sandbox's etcd, kubelet and kube-proxy on every machine); show every unit
+active and every node Ready; `kubectl create -f busybox.yaml` and show it
+Running; ping from it to a pod on the other worker across flannel's vxlan.
+Then `juju remove-relation kubernetes-worker flannel` (LP #1866869): the
+workers' CNI plugins are untouched, the control plane's flannel carries on,
+and a pod created meanwhile waits in ContainerCreating (`kubectl describe`
+says why). `juju add-relation` again: that pod runs by kubelet's own
+retries, a new pod runs, and the pods from before still reach each other.
+Ends with each node's Ready condition through the cycle, the phase table and
+the components' resident memory per machine.
 """
 from __future__ import annotations
 
+import json
+import re
 import signal
+import tempfile
 import sys
 from pathlib import Path
 from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
-from sandbox.cluster import (CONTROL_PLANE_MACHINE, FLANNEL, WORKER_GENERATIONS, Cluster,
-                             ClusterError)
-from sandbox.cri import runtime_for
-from sandbox.waiting import wait_for
+from sandbox.cluster import CONTROL_PLANE_MACHINE, FLANNEL, Cluster, ClusterError
+from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch, kubectl_binary
+from sandbox.resource import kubernetes_paths
 
 CNI_CONF_FILE = "10-flannel.conflist"
 # seconds a pod may take to reach another machine's pod (3 echoes per try)
 PING_WITHIN = 20.0
+# seconds kubelet may take to run a pod: it retries a failed pod sandbox with
+# a back-off (10 s, doubling)
+RUNNING_WITHIN = 120.0
 
 
 def _interrupt_on_sigterm() -> None:
@@ -37,119 +46,224 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, raise_interrupt)
 
 
-def reaches(pod, address: str, within: float = PING_WITHIN) -> bool:
-    """Whether `pod` gets an echo from `address` within `within` seconds: a
-    node's flanneld adds the route to a new or re-leased subnet when etcd's
-    watch tells it, which a busy host may deliver after the unit went active."""
-    return bool(wait_for(lambda: pod.ping(address), within, interval=0.5))
+def pod(name: str, node: str) -> str:
+    """busybox.yaml's pod under another name, on `node`."""
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "busybox", "image": "busybox",
+                                         "imagePullPolicy": "IfNotPresent",
+                                         "command": ["sleep", "3600"]}]}}
+    return json.dumps(manifest)
 
 
-def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print, *,
-         worker_generation: str = "ops") -> bool:
+def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) -> bool:
     """Returns True when every step behaved as a user expects."""
     ok = True
 
     def check(what: str, good: bool) -> None:
         nonlocal ok
-        ok &= good
+        ok &= bool(good)
         say(f"   [{'ok' if good else 'FAILED'}] {what}")
 
-    with Cluster(charm_dir, resource, workers=2, worker_generation=worker_generation,
-                 control_plane=True, say=say) as cluster:
+    say("Kubernetes v1.37 (kube-apiserver, kubelet, ...): built from the Go module proxy "
+        "on first use (minutes), then cached")
+    kubernetes_paths(progress=lambda line: say(f"   {line}"))
+    with Cluster(charm_dir, resource, workers=2, worker_generation="ops", control_plane=True,
+                 kubernetes=True, say=say) as cluster:
         cp = CONTROL_PLANE_MACHINE
         workers = cluster.worker_machines()
+        k8s = cluster.kubernetes
+
+        def kubectl(*args: str, stdin: str | None = None) -> str:
+            out = k8s.kubectl(*args, input=stdin, check=False)
+            say(f"$ kubectl {' '.join(args)}\n{(out.stdout + out.stderr).rstrip()}")
+            return out.stdout
+
+        def runs(name: str) -> bool:
+            try:
+                k8s.wait_pod_running(name, timeout=RUNNING_WITHIN)
+                return True
+            except TimeoutError:
+                return False
+
+        def pings(source: str, target: str) -> bool:
+            address = k8s.get("pod", target)["status"]["podIP"]
+            return bool(k8s.wait_for(f"{source} pings {target}", lambda: k8s.kubectl(
+                "exec", source, "--", "ping", "-c", "1", "-W", "1", address,
+                check=False).returncode == 0, PING_WITHIN))
+
         plugins_before = {m: cluster.cni_bin(m) for m in cluster.machines}
         cluster.deploy_flannel()
-        with cluster.timings.phase("flannel negotiates subnets", say):
+        with cluster.timings.phase("flannel negotiates subnets, every node Ready", say):
             cluster.wait_for_flannel(timeout=120)
+            k8s.wait_nodes_ready(list(cluster.machines), timeout=120)
+            k8s.wait_default_service_account()
         say(cluster.status_table())
-
-        def everything_active() -> None:
-            for unit in cluster.principal_units() + cluster.flannel_units():
-                status, message = cluster.workload(unit)
-                check(f"{unit}: {status} {message}", status == "active")
-
-        everything_active()
+        for unit in cluster.principal_units() + cluster.flannel_units():
+            status, message = cluster.workload(unit)
+            check(f"{unit}: {status} {message}", status == "active")
         check(f"{cp}: /etc/cni/net.d/01-default.conflist -> {CNI_CONF_FILE}",
               cluster.default_conflist_link(cp) == CNI_CONF_FILE)
         network = cluster.network_config()["Network"]
-        check(f"{cp}: the control plane's cluster cidr is flannel's {network}",
-              cluster.control_plane_app.cluster_cidr(cluster.machines[cp]) == network)
+        check(f"{cp}: kube-controller-manager runs with --cluster-cidr={network} (flannel's)",
+              any(f"--cluster-cidr={network}" in " ".join(c) for c in _command_lines(
+                  cluster.machines[cp], "kube-controller-manager")))
+        kubectl("get", "nodes", "-o", "wide")
 
-        def pods_ping_across(phase: str) -> dict:
-            with cluster.timings.phase(phase, say):
-                pods = {m: cluster.start_pod(m, runtime="cri") for m in cluster.machines}
-                for m, pod in pods.items():
-                    check(f"pod {pod.name} on {m} got {pod.address}", bool(pod.address))
-                for a, b in ((workers[0], workers[1]), (workers[1], cp), (cp, workers[0])):
-                    check(f"{pods[a].address} ({a}) pings {pods[b].address} ({b}) over vxlan "
-                          "(crictl exec)", reaches(pods[a], pods[b].address))
+        with cluster.timings.phase("kubectl create -f busybox.yaml: Running", say):
+            say(f"busybox.yaml:\n{BUSYBOX_YAML.rstrip()}")
+            kubectl("create", "-f", "-", stdin=BUSYBOX_YAML)
+            k8s.kubectl("create", "-f", "-", input=pod("busybox-m2", workers[1]))
+            check("busybox Running", runs("busybox") and runs("busybox-m2"))
+            kubectl("get", "po", "-o", "wide")
+            check("busybox pings busybox-m2 across flannel's vxlan (kubectl exec)",
+                  pings("busybox", "busybox-m2"))
+
+        with ReadyWatch(k8s) as ready:
+            cp_flannel = cluster.unit_on(cp)
+            cp_flanneld = cluster.flanneld_pids(cp)
+            with cluster.timings.phase("juju remove-relation kubernetes-worker flannel", say):
+                cluster.remove_cni_relation()
+                check(f"only {cp_flannel} is left", cluster.flannel_units() == [cp_flannel])
+                for m in workers:
+                    machine = cluster.machines[m]
+                    check(f"{m}: no flanneld running", not machine.pids_of("flanneld"))
+                    kept = cluster.cni_bin(m)
+                    names = cluster.principal_plugins(m)
+                    check(f"{m}: the worker's {len(names)} plugins ({', '.join(names[:4])}, "
+                          "...) untouched in /opt/cni/bin",
+                          all(kept.get(p) == plugins_before[m][p] for p in names))
+                check(f"{cp}: flanneld carried on", cluster.flanneld_pids(cp) == cp_flanneld)
+            say(cluster.status_table())
+            with cluster.timings.phase("a pod created while flannel is away", say):
+                kubectl("create", "-f", "-", stdin=pod("made-while-away", workers[0]))
+                k8s.wait_for("kubelet's word on made-while-away", lambda: k8s.kubectl(
+                    "get", "events", "--field-selector",
+                    "involvedObject.name=made-while-away", "-o", "name").stdout.strip(), 60)
+                waiting = kubectl("get", "po", "made-while-away")
+                check("made-while-away waits in ContainerCreating", "ContainerCreating" in waiting)
+                uid = k8s.get("pod", "made-while-away")["metadata"]["uid"]
+                described = kubectl("describe", "po", "made-while-away")
+                check("kubectl describe says why (its events)", "Events:" in described)
+
+            with cluster.timings.phase("juju add-relation kubernetes-worker flannel", say):
+                cluster.add_cni_relation()
+                cluster.wait_for_flannel(timeout=120)
+            for unit in cluster.principal_units() + cluster.flannel_units():
+                status, message = cluster.workload(unit)
+                check(f"{unit}: {status} {message}", status == "active")
             for m in cluster.machines:
-                runtime = runtime_for(cluster.machines[m])
-                say(f"{m}$ crictl pods\n{runtime.crictl('pods').stdout.rstrip()}")
-                say(f"{m}$ crictl ps\n{runtime.crictl('ps').stdout.rstrip()}")
-            return pods
-
-        with cluster.timings.phase(f"first pod sandbox (containerd starts on {cp})", say):
-            probe = cluster.start_pod(cp, runtime="cri")
-            probe.delete()
-            cluster.pods.remove(probe)
-        first_sandbox = cluster.timings.phases[-1].seconds
-        before = pods_ping_across("a CRI pod on each machine, ping across the overlay")
-
-        cp_flannel = cluster.unit_on(cp)
-        cp_flanneld = cluster.flanneld_pids(cp)
-        with cluster.timings.phase("juju remove-relation flannel:cni kubernetes-worker:cni", say):
-            cluster.remove_cni_relation()
-            check(f"only {cp_flannel} is left", cluster.flannel_units() == [cp_flannel])
-            for m in workers:
-                machine = cluster.machines[m]
-                check(f"{m}: no flanneld running", not machine.pids_of("flanneld"))
-                check(f"{m}: /opt/cni/bin/flannel as before flannel came (gone, or the "
-                      "worker's own put back)",
-                      machine.read_file("/opt/cni/bin/flannel")
-                      == plugins_before[m].get("flannel"))
-                kept = cluster.cni_bin(m)
                 names = cluster.principal_plugins(m)
-                check(f"{m}: the worker's {len(names)} plugins ({', '.join(names[:4])}, ...) "
-                      "untouched in /opt/cni/bin",
-                      all(kept.get(p) == plugins_before[m][p] for p in names))
-            check(f"{cp}: flanneld carried on", cluster.flanneld_pids(cp) == cp_flanneld)
-        say(cluster.status_table())
-
-        with cluster.timings.phase("juju add-relation flannel:cni kubernetes-worker:cni", say):
-            cluster.add_cni_relation()
-            cluster.wait_for_flannel(timeout=120)
-        everything_active()
+                check(f"{m}: {len(names)} principal plugins and flannel's in /opt/cni/bin",
+                      set(names) | {FLANNEL} <= set(cluster.cni_bin(m)))
+            with cluster.timings.phase("made-while-away Running by kubelet's retries", say):
+                check("made-while-away Running, the same pod (kubelet retried it)",
+                      runs("made-while-away")
+                      and k8s.get("pod", "made-while-away")["metadata"]["uid"] == uid)
+            with cluster.timings.phase("new pods after the re-add", say):
+                kubectl("create", "-f", "-", stdin=pod("busybox-new", workers[1]))
+                check("a new pod Running", runs("busybox-new"))
+                kubectl("get", "po", "-o", "wide")
+                check("made-while-away pings busybox-new",
+                      pings("made-while-away", "busybox-new"))
+                check("busybox (from before the cycle) pings busybox-m2",
+                      pings("busybox", "busybox-m2"))
+            k8s.wait_nodes_ready(list(cluster.machines), timeout=60)
+        say("Ready through remove-relation and add-relation:\n" + ready.timeline())
         for m in cluster.machines:
-            names = cluster.principal_plugins(m)
-            check(f"{m}: {len(names)} principal plugins and flannel's in /opt/cni/bin",
-                  set(names) | {FLANNEL} <= set(cluster.cni_bin(m)))
-        pods_ping_across("new pods after the re-add")
-        a, b = workers
-        check(f"pods from before the cycle: {before[a].address} ({a}) pings "
-              f"{before[b].address} ({b})", reaches(before[a], before[b].address))
+            say(f"   {m}: NotReady for {ready.not_ready_seconds(m):.1f}s")
         say(cluster.status_table())
         say("")
         say(cluster.timings.table())
-        say(f"time to the first pod sandbox (containerd started): {first_sandbox:.1f}s")
         for m, machine in cluster.machines.items():
-            memory = runtime_for(machine).memory_kib()
-            say(f"{m}: containerd {memory['containerd'] / 1024:.1f} MiB resident, "
-                f"its shims {memory['shims'] / 1024:.1f} MiB")
+            memory = k8s.memory_mib(machine)
+            say(f"{m}: " + ", ".join(f"{name} {mib:.0f} MiB" for name, mib in memory.items()))
+        say(f"kubectl: {kubectl_binary()}")
     return ok
+
+
+# The bug report's event (kubectl describe po), as kubelet words it
+MISSING_FLANNEL_EVENT = re.compile(
+    r'Failed to create pod sandbox: .*failed to setup network for sandbox "[0-9a-f]+": '
+    r'plugin type="flannel" failed \(add\): failed to find plugin "flannel" in path '
+    r'\[/opt/cni/bin\]')
+
+
+def negative_control(charm_dir: Path, resource: Path, workdir: Path,
+                     say: Callable[[str], None] = print) -> str | None:
+    """The bug report itself: charm-flannel at f79f180 (sandbox.old_flannel,
+    its stop hook included) on the reactive kubernetes-worker of 2020, on
+    Kubernetes; busybox.yaml Running, `juju remove-relation` and
+    `add-relation`, then a new pod. Returns the event kubelet gives the new
+    pod that matches the report's words, None if none does."""
+    from sandbox.cluster import CNI_RELATION, ETCD_RELATION
+    from sandbox.old_flannel import old_charm_dir, old_resource
+
+    with Cluster(charm_dir, resource, workers=1, worker_generation="reactive",
+                 control_plane=True, kubernetes=True, etcd_v2=True,
+                 say=lambda text: say(f"[negative control] {text}")) as cluster:
+        k8s = cluster.kubernetes
+        old = old_resource(resource, workdir / "old-resource", "f79f180")
+        with cluster.timings.phase("deploy charm-flannel f79f180 (the bug report's)", say):
+            cluster.controller.deploy(FLANNEL, old_charm_dir(workdir / "old-charm", "f79f180",
+                                                             stop_hook=True),
+                                      resources={cluster.resource_name: old})
+            cluster.controller.add_relation(*ETCD_RELATION)
+            cluster.controller.add_relation(*CNI_RELATION)
+            cluster.settle()
+            cluster.wait_for_flannel(timeout=120)
+            k8s.wait_nodes_ready(["m1"], timeout=120)
+            k8s.wait_default_service_account()
+        k8s.kubectl("create", "-f", "-", input=BUSYBOX_YAML)
+        k8s.wait_pod_running("busybox", timeout=RUNNING_WITHIN)
+        say(f"$ kubectl get po\n{k8s.kubectl('get', 'po').stdout.rstrip()}")
+        with cluster.timings.phase("juju remove-relation, add-relation (the old charm)", say):
+            cluster.remove_cni_relation()
+            cluster.add_cni_relation()
+            cluster.wait_for_flannel(timeout=120)
+        say(cluster.status_table())
+        k8s.kubectl("create", "-f", "-", input=pod("busybox-2", "m1"))
+
+        def the_event() -> str | None:
+            out = k8s.kubectl("get", "events", "--field-selector",
+                              "involvedObject.name=busybox-2", "-o", "json").stdout
+            for event in json.loads(out)["items"]:
+                if MISSING_FLANNEL_EVENT.search(event.get("message", "")):
+                    return event["message"]
+            return None
+
+        try:
+            event = k8s.wait_for("the bug report's event", the_event, timeout=60)
+        except TimeoutError:
+            event = None
+        say(f"$ kubectl get po\n{k8s.kubectl('get', 'po').stdout.rstrip()}")
+        described = k8s.kubectl("describe", "po", "busybox-2").stdout
+        say("$ kubectl describe po busybox-2\n..." + described[described.find("Events:"):]
+            .rstrip())
+        return event
+
+
+def _command_lines(machine, name: str) -> list[list[str]]:
+    lines = []
+    for pid in machine.pids_of(name):
+        raw = machine.read_file(f"/proc/{pid}/cmdline") or b""
+        lines.append([a.decode() for a in raw.split(b"\0") if a])
+    return lines
 
 
 def main(argv: list[str]) -> int:
     parser = charm_parser("demo", __doc__)
-    parser.add_argument("--worker-generation", choices=WORKER_GENERATIONS, default="ops",
-                        help="the ops kubernetes-worker (default) or the reactive one "
-                             "of the bug report")
     args = parser.parse_args(argv)
     resource = resource_for(args)
     _interrupt_on_sigterm()
     try:
-        ok = play(args.charm, resource, worker_generation=args.worker_generation)
+        ok = play(args.charm, resource)
+        print("\nThe negative control: the same scenario with the charm this one replaces")
+        with tempfile.TemporaryDirectory(prefix="flannel-negative-control.") as work:
+            event = negative_control(args.charm, resource, Path(work))
+        print(f"   [{'ok' if event else 'FAILED'}] kubelet's event for the new pod is the bug "
+              f"report's: {event}")
+        ok &= event is not None
     except ClusterError as error:
         print(f"demo failed: {error}", file=sys.stderr)
         return 1

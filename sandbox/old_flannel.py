@@ -43,8 +43,9 @@ templates/10-flannel.conflist, interface-etcd's save_client_credentials):
 - cidr and cni-conf-file published on the cni relation; status
   "Flannel subnet 10.1.x.1/24".
 
-Not reproduced: the old charm's 20 s retry sleeps, its nrpe check, its stop
-hook (the refresh never runs it).
+Not reproduced: the old charm's 20 s retry sleeps, its nrpe check. Its stop
+hook (the refresh never runs it) only with `old_charm_dir(..., stop_hook=True)`:
+it deleted /opt/cni/bin/flannel, bridge and host-local.
 """
 from __future__ import annotations
 
@@ -110,6 +111,8 @@ import urllib.parse
 import urllib.request
 
 REVISION = "@REVISION@"
+# its stop hook's damage (LP #1866869), when the stand-in is asked for it
+STOP_DELETES_PLUGINS = @STOP_DELETES_PLUGINS@
 CHARM_DIR = os.environ["CHARM_DIR"]
 HOOK = os.path.basename(os.environ.get("JUJU_DISPATCH_PATH", "hooks/unknown"))
 ETCD_PATH = "/etc/ssl/flannel"
@@ -393,14 +396,22 @@ def converge():
 try:
     if HOOK not in ("stop", "remove"):
         converge()
+    elif HOOK == "stop" and STOP_DELETES_PLUGINS:
+        for name in ("flannel", "bridge", "host-local"):
+            try:
+                os.remove("/opt/cni/bin/" + name)
+            except FileNotFoundError:
+                pass
 finally:
     STATE.close()
 sys.exit(0)
 '''
 
 
-def old_charm_dir(dest: Path, revision: str) -> Path:
-    """Write the stand-in charm for `revision` ("f79f180" or "a69755c")."""
+def old_charm_dir(dest: Path, revision: str, *, stop_hook: bool = False) -> Path:
+    """Write the stand-in charm for `revision` ("f79f180" or "a69755c");
+    with stop_hook, its stop hook deletes /opt/cni/bin/flannel, bridge and
+    host-local as charm-flannel's did (the bug report's negative control)."""
     if revision not in REVISIONS:
         raise ValueError(f"unknown charm-flannel revision {revision!r}: one of {REVISIONS}")
     dest = Path(dest)
@@ -408,7 +419,8 @@ def old_charm_dir(dest: Path, revision: str) -> Path:
     (dest / "metadata.yaml").write_text(METADATA.format(revision=revision))
     (dest / "config.yaml").write_text(CONFIG)
     dispatch = dest / "dispatch"
-    dispatch.write_text(DISPATCH.replace("@REVISION@", revision))
+    dispatch.write_text(DISPATCH.replace("@REVISION@", revision)
+                        .replace("@STOP_DELETES_PLUGINS@", str(bool(stop_hook))))
     dispatch.chmod(0o755)
     return dest
 

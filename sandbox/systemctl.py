@@ -219,8 +219,15 @@ def run_systemctl3(argv: list[str], stopping: bool = False) -> int:
 # Restart=
 # --------------------------------------------------------------------------
 
+UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path",
+              "timer", "slice", "scope")
+
+
 def _unit_name(name: str) -> str:
-    return name if "." in name else name + ".service"
+    """As systemd mangles a name given on the command line: ".service"
+    unless it ends in a unit type (snap.kubelet.daemon is
+    snap.kubelet.daemon.service)."""
+    return name if name.rsplit(".", 1)[-1] in UNIT_TYPES and "." in name else name + ".service"
 
 
 def _marker(unit: str, kind: str) -> str:

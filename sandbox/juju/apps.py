@@ -393,6 +393,9 @@ class KubernetesWorkerApp(EmulatedApp):
         self.installed_plugins: dict[str, list[str]] = {}   # unit -> extracted (the flag)
         self.extractions: list[tuple[str, str]] = []        # (unit, hook) that extracted
         self.cni_data: dict[str, dict] = {}   # unit -> subordinate's latest cni data
+        # sandbox.kubernetes.Kubernetes when the cluster runs Kubernetes itself:
+        # start_worker then configures and starts kubelet and kube-proxy
+        self.kubernetes = None
 
     def attach(self, controller) -> None:
         super().attach(controller)
@@ -454,6 +457,9 @@ class KubernetesWorkerApp(EmulatedApp):
         if self.cni_configured(ctx.unit):
             # start_worker's configure_default_cni
             link_default_conf(ctx, DEFAULT_CONF_STEM, self.cni_data[ctx.unit]["cni-conf-file"])
+            if self.kubernetes is not None:   # start_worker: kubelet and kube-proxy
+                self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(),
+                                               self.cni_data[ctx.unit]["cidr"])
             ctx.status_set("active", "Kubernetes worker running.")
         else:
             ctx.status_set("waiting", "Waiting for cni to be configured.")

@@ -79,3 +79,16 @@ def test_old_stop_hook_against_the_ops_worker_is_healed_by_its_next_reconcile(
     assert run.plugin_changes["add-relation"] == []
     assert run.plugin_changes["the new pods"] == []
     assert "cni-relation-broken" in hooks, f"the worker did not reconcile on the removal: {hooks}"
+
+
+@pytest.mark.kubernetes
+def test_kubectl_shows_the_bug_reports_event_with_the_charm_it_replaces(
+        built_charm, resource, tmp_path):
+    """The bug report as written, on Kubernetes itself: charm-flannel at
+    f79f180 with its stop hook, the reactive worker of 2020; after remove-
+    and add-relation, kubelet's event for a new pod is the report's
+    (`scripts/demo` plays the same, sandbox.demo.negative_control)."""
+    from sandbox.demo import MISSING_FLANNEL_EVENT, negative_control
+    event = negative_control(built_charm, resource, tmp_path, say=print)
+    assert event is not None and MISSING_FLANNEL_EVENT.search(event), event
+    print(f"kubelet, as in the bug report: {event}")

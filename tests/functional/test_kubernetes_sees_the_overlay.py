@@ -134,21 +134,36 @@ def test_a_service_answers_through_a_refresh(cluster, resource):
     print(f"web's ClusterIP {cluster_ip}; the client's first answers: {answers(k8s)[:6]}")
 
     flanneld_before = {m: cluster.flanneld_pids(m) for m in NODES}
-    sent, lost = requests_during(k8s, lambda: (cluster.upgrade_flannel(resource),
-                                               cluster.wait_for_flannel(timeout=120)))
-    print(f"juju refresh flannel: {sent} requests, {len(lost)} lost")
+    with ReadyWatch(k8s) as refresh:
+        sent, lost = requests_during(k8s, lambda: (cluster.upgrade_flannel(resource),
+                                                   cluster.wait_for_flannel(timeout=120)))
+    print(f"juju refresh flannel: {sent} requests, {len(lost)} lost; Ready:\n"
+          f"{refresh.timeline()}")
     assert all(cluster.flanneld_pids(m) != flanneld_before[m] for m in NODES), \
         "the refresh did not restart flanneld"
     assert sent > 10 and lost == [], (sent, lost)
+    # nothing was wrong with any node's network: none went NotReady
+    assert all(refresh.not_ready_seconds(m) == 0 for m in NODES), refresh.timeline()
+
+    flanneld_before = {m: cluster.flanneld_pids(m) for m in NODES}
+    with ReadyWatch(k8s) as mtu:
+        sent, lost = requests_during(k8s, lambda: (cluster.configure(mtu=1400),
+                                                   cluster.wait_for_flannel(timeout=120)))
+    print(f"juju config flannel mtu=1400: {sent} requests, {len(lost)} lost; Ready:\n"
+          f"{mtu.timeline()}")
+    assert all(cluster.flanneld_pids(m) != flanneld_before[m] for m in NODES), \
+        "the mtu change did not restart flanneld"
+    assert sent > 10
 
     m2 = cluster.machines["m2"]
-    sent, lost = requests_during(k8s, lambda: (
-        m2.run(["kill", "-9", *map(str, cluster.flanneld_pids("m2"))]),
-        k8s.wait_for("flanneld back on m2", lambda: cluster.flanneld_pids("m2"), 30)))
-    print(f"flanneld killed on m2: {sent} requests, {len(lost)} lost")
+    with ReadyWatch(k8s) as kill:
+        sent, lost = requests_during(k8s, lambda: (
+            m2.run(["kill", "-9", *map(str, cluster.flanneld_pids("m2"))]),
+            k8s.wait_for("flanneld back on m2", lambda: cluster.flanneld_pids("m2"), 30)))
+    print(f"flanneld killed on m2: {sent} requests, {len(lost)} lost; Ready:\n"
+          f"{kill.timeline()}")
     assert sent > 10
-    for name in ("client",):
-        k8s.kubectl("delete", "pod", name, "--wait=false")
+    k8s.kubectl("delete", "pod", "client", "--wait=false")
     k8s.kubectl("delete", "-f", "-", input=json.dumps(WEB))
 
 
