@@ -46,8 +46,8 @@ KEEP_GOING_ENV = "FLANNEL_TEST_KEEP_GOING"
 # given last set the tier's end while the other workers idled (longest
 # first, by the session summary's timings of the everyday profile).
 LONGEST_FIRST = ("test_back_after_a_day_away.py", "test_two_machines_everyday_operations.py",
-                 "test_refresh_from_the_old_charm.py", "test_dual_stack.py",
-                 "test_the_charmcraft_packed_charm.py")
+                 "test_refresh_from_the_old_charm.py", "test_kubernetes_sees_the_overlay.py",
+                 "test_dual_stack.py", "test_the_charmcraft_packed_charm.py")
 
 
 def tier_of(item) -> str:
