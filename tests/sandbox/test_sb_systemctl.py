@@ -49,26 +49,29 @@ def test_refuses_what_systemd_252_refuses(machine):
     assert machine.systemctl("--quiet", "is-enabled", "nothing").returncode != 0
 
 
-def test_restart_always_brings_a_killed_daemon_back(machine):
+# "snap.phoenix.daemon" as the snaps name theirs (snap.kubelet.daemon): before,
+# a name with a dot was not taken for a .service and its Restart= went unread
+@pytest.mark.parametrize("name", ["phoenix", "snap.phoenix.daemon"])
+def test_restart_always_brings_a_killed_daemon_back(machine, name):
     """Before: a unit whose process died stayed dead (no Restart=)."""
-    machine.write_file("/lib/systemd/system/phoenix.service", RESTARTING_UNIT)
-    assert machine.systemctl("start", "phoenix").returncode == 0
-    first = wait_for(lambda: main_pid(machine, "phoenix"), 30)
+    machine.write_file(f"/lib/systemd/system/{name}.service", RESTARTING_UNIT)
+    assert machine.systemctl("start", name).returncode == 0
+    first = wait_for(lambda: main_pid(machine, name), 30)
     assert first
     machine.run(["kill", "-9", str(first)])
-    second = wait_for(lambda: (main_pid(machine, "phoenix") not in (0, first)
-                               and main_pid(machine, "phoenix")), 30)
+    second = wait_for(lambda: (main_pid(machine, name) not in (0, first)
+                               and main_pid(machine, name)), 30)
     assert second and second != first
-    assert machine.systemctl("is-active", "phoenix").stdout.strip() == "active"
+    assert machine.systemctl("is-active", name).stdout.strip() == "active"
 
     started = time.monotonic()
-    assert machine.systemctl("stop", "phoenix").returncode == 0
+    assert machine.systemctl("stop", name).returncode == 0
     print(f"systemctl stop took {time.monotonic() - started:.2f}s")
     # a stopped unit stays stopped: its supervisor sees the stop and ends
     # (it removes its pid file last), restarting nothing
-    assert wait_for(lambda: not machine.exists(f"{STATE}/phoenix.service.supervisor"), 60)
+    assert wait_for(lambda: not machine.exists(f"{STATE}/{name}.service.supervisor"), 60)
     assert machine.pids_of("sleep") == []
-    assert machine.systemctl("is-active", "phoenix").stdout.strip() != "active"
+    assert machine.systemctl("is-active", name).stdout.strip() != "active"
 
 
 def test_restart_no_leaves_a_dead_daemon_dead(machine):
