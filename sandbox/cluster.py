@@ -10,7 +10,9 @@
         # worker_runtime_ready=False: the reactive worker extracts its
         # plugins only once the test makes its container runtime ready;
         # kubernetes=True (with control_plane=True) runs Kubernetes itself:
-        # cluster.kubernetes (sandbox.kubernetes) has kubectl.
+        # cluster.kubernetes (sandbox.kubernetes) has kubectl;
+        # series="jammy"|"noble": the Ubuntu release (and python3) of every
+        # machine, by default one picked by the label.
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
         cluster.wait_for_flannel()            # update-status until every unit is active
         pod = cluster.start_pod("m1")         # a real netns attached with cnitool
@@ -63,6 +65,7 @@ from sandbox.juju import (Controller, EtcdApp, KubernetesWorkerApp, OpsKubernete
                           OpsKubernetesWorkerApp)
 from sandbox.juju.apps import CNI_PLUGINS
 from sandbox.kubernetes import Kubernetes
+from sandbox import ubuntu
 from sandbox.machine import Machine
 from sandbox.network import (NETNS_DIR, PREFIX, TestNetwork, _ns_id, _tag_of, cleanup_stale,
                              list_netns, owner_alive, ping_loop, run, state_root)
@@ -229,8 +232,8 @@ class Cluster:
                  worker_generation: str = "reactive", control_plane: bool = False,
                  routed_workers: int = 0, etcd_v2: bool = False, auto_retry: bool = True,
                  worker_runtime_ready: bool = True, kubernetes: bool = False,
-                 label: str = "", say: Callable[[str], None] = lambda _: None,
-                 workdir: Optional[Path] = None):
+                 series: Optional[str] = None, label: str = "",
+                 say: Callable[[str], None] = lambda _: None, workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
             raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
                              f"not {worker_generation!r}")
@@ -256,6 +259,9 @@ class Cluster:
         if kubernetes and not control_plane:
             raise ValueError("kubernetes=True needs control_plane=True")
         self.with_kubernetes = kubernetes
+        # the Ubuntu release every machine claims, whose python3 runs the
+        # hooks: given, else picked by the label (ubuntu.series_for)
+        self.series = series or ubuntu.series_for(label)
         self.kubernetes: Optional[Kubernetes] = None
         self.say = say
         self.timings = Timings()
@@ -327,7 +333,7 @@ class Cluster:
             if routed:
                 self.network.add_routed_segment()
             for name in names:
-                machine = Machine(name, self.network,
+                machine = Machine(name, self.network, series=self.series,
                                   segment="routed" if name in routed else "main").start()
                 self.machines[machine.name] = machine
         if self.with_kubernetes:

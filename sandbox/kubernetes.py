@@ -39,8 +39,8 @@ API::
 
     k8s = Kubernetes(workdir, pki, etcd_servers="https://...:2379")
     k8s.prepare_node(machine)           # containerd up, sysctls masked, images named
-    k8s.configure_control_plane(ctx, address, cluster_cidr)   # from a hook
-    k8s.configure_node(ctx, node, address)                    # kubelet, kube-proxy
+    k8s.configure_control_plane(ctx, cluster_cidr, service_cidr)   # from a hook
+    k8s.configure_node(ctx, cluster_cidr, taints)                  # kubelet, kube-proxy
     k8s.attach_control_plane(machine)   # where kubectl runs
     k8s.kubectl(*args, input=None, check=True) -> CompletedProcess
     k8s.get(kind, name="", namespace="default") -> dict       # kubectl get -o json
@@ -48,6 +48,7 @@ API::
     k8s.wait_nodes_ready(nodes, timeout) ; k8s.wait_pod_running(name, timeout)
     k8s.memory_mib(machine) -> {component: MiB}               # resident memory
     with ReadyWatch(k8s) as watch: ...   # watch.changes, .not_ready_seconds(node), .timeline()
+    node_addresses(machine) -> [IPv4, IPv6 if it has one]
     UNITS, SERVICE_CIDR, BUSYBOX_YAML
 """
 from __future__ import annotations
@@ -120,13 +121,11 @@ class Identity:
 
 
 class Kubernetes:
-    def __init__(self, workdir: Path, pki: Pki, etcd_servers: str,
-                 service_cidr: str = SERVICE_CIDR):
+    def __init__(self, workdir: Path, pki: Pki, etcd_servers: str):
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.pki = pki
         self.etcd_servers = etcd_servers
-        self.service_cidr = service_cidr
         self.api_address: str | None = None
         self.control_plane = None                # the Machine kubectl runs on
         self._certs: dict[str, tuple[Path, Path]] = {}
@@ -191,12 +190,17 @@ class Kubernetes:
                 f"    client-key: {PKI}/{who.name}.key\n")
 
     # --- the control plane -------------------------------------------------------------
-    def configure_control_plane(self, ctx, address: str, cluster_cidr: str | None) -> list[str]:
+    def configure_control_plane(self, ctx, cluster_cidr: str | None,
+                                service_cidr: str = SERVICE_CIDR) -> list[str]:
         """Certificates, kubeconfigs and units of the API server,
-        controller-manager and scheduler on the control-plane machine, the
-        controller-manager and kube-proxy given `cluster_cidr` (flannel's
-        `cidr`); started, or restarted when what they run changed.  Returns
-        the units (re)started."""
+        controller-manager and scheduler on the control-plane machine (the
+        machine of `ctx`'s unit, at its node_addresses()), the
+        controller-manager given `cluster_cidr` (flannel's `cidr`: "v4" or
+        "v4,v6") and the API server `service_cidr` (the control plane's
+        service-cidr, either shape); started, or restarted when what they
+        run changed.  Returns the units (re)started."""
+        addresses = node_addresses(self.machine_of(ctx))
+        address = addresses[0]
         self.api_address = address
         files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644),
                  f"{PKI}/ca.key": (self.pki.ca_key.read_bytes(), 0o600),
@@ -206,7 +210,7 @@ class Kubernetes:
                  f"{PKI}/etcd-client.crt": (self.pki.client_cert.read_bytes(), 0o644),
                  f"{PKI}/etcd-client.key": (self.pki.client_key.read_bytes(), 0o600)}
         cert, key = self._cert("apiserver", "kube-apiserver", server_ips=(
-            address, "127.0.0.1", _first_host(self.service_cidr)),
+            *addresses, "127.0.0.1", *_first_hosts(service_cidr)),
             server_names=("kubernetes", "kubernetes.default", "kubernetes.default.svc",
                           "kubernetes.default.svc.cluster.local"))
         files[f"{PKI}/apiserver.crt"] = (cert, 0o644)
@@ -223,7 +227,7 @@ class Kubernetes:
                 f"--secure-port={API_PORT}", f"--etcd-servers={self.etcd_servers}",
                 f"--etcd-cafile={PKI}/etcd-ca.crt", f"--etcd-certfile={PKI}/etcd-client.crt",
                 f"--etcd-keyfile={PKI}/etcd-client.key", "--storage-backend=etcd3",
-                f"--service-cluster-ip-range={self.service_cidr}",
+                f"--service-cluster-ip-range={service_cidr}",
                 f"--client-ca-file={PKI}/ca.crt", f"--tls-cert-file={PKI}/apiserver.crt",
                 f"--tls-private-key-file={PKI}/apiserver.key",
                 f"--kubelet-client-certificate={PKI}/apiserver-kubelet-client.crt",
@@ -241,7 +245,7 @@ class Kubernetes:
                 f"--authorization-kubeconfig={CONF}/controller-manager.conf",
                 "--bind-address=127.0.0.1",
                 *([f"--cluster-cidr={cluster_cidr}"] if cluster_cidr else []),
-                f"--service-cluster-ip-range={self.service_cidr}",
+                f"--service-cluster-ip-range={service_cidr}",
                 f"--cluster-signing-cert-file={PKI}/ca.crt",
                 f"--cluster-signing-key-file={PKI}/ca.key",
                 f"--root-ca-file={PKI}/ca.crt",
@@ -256,26 +260,29 @@ class Kubernetes:
         return _apply(ctx, files, commands)
 
     # --- a node ------------------------------------------------------------------------
-    def configure_node(self, ctx, node: str, address: str, cluster_cidr: str | None,
+    def configure_node(self, ctx, cluster_cidr: str | None,
                        taints: tuple[str, ...] = ()) -> list[str]:
-        """kubelet and kube-proxy on `node` (the machine of `ctx`'s unit),
+        """kubelet and kube-proxy on the machine of `ctx`'s unit (the node
+        of its name, at its node_addresses()),
         with kube-proxy given `cluster_cidr` (the cni relation's, when set).
         Nothing until the control plane is configured (no API server to
         register with).  Returns the units (re)started."""
         if self.api_address is None:
             return []
-        runtime = runtime_for(self.machine_of(ctx))
+        machine = self.machine_of(ctx)
+        node, addresses = machine.name, node_addresses(machine)
+        runtime = runtime_for(machine)
         files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644)}
         files.update(self._identity_files(Identity("kubelet", f"system:node:{node}",
                                                    "system:nodes")))
         files.update(self._identity_files(Identity("kube-proxy", "system:kube-proxy")))
         cert, key = self._cert("kubelet-serving", f"system:node:{node}", "system:nodes",
-                               server_ips=(address,), server_names=(node,))
+                               server_ips=addresses, server_names=(node,))
         files[f"{PKI}/kubelet-serving.crt"] = (cert, 0o644)
         files[f"{PKI}/kubelet-serving.key"] = (key, 0o600)
         kubelet_config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": address, "readOnlyPort": 0,
+            "address": "0.0.0.0", "readOnlyPort": 0,
             "authentication": {"anonymous": {"enabled": False},
                                "webhook": {"enabled": True},
                                "x509": {"clientCAFile": f"{PKI}/ca.crt"}},
@@ -300,7 +307,7 @@ class Kubernetes:
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": f"{CONF}/kube-proxy.conf"},
             "hostnameOverride": node, "mode": "iptables",
-            "bindAddress": address, "healthzBindAddress": "127.0.0.1:10256",
+            "healthzBindAddress": "127.0.0.1:10256",
             "metricsBindAddress": "127.0.0.1:10249",
             # 0: leave the (host-wide) conntrack table as it is
             "conntrack": {"maxPerCore": 0, "min": 0},
@@ -313,7 +320,9 @@ class Kubernetes:
         commands = {
             "kubelet": [f"--config={CONF}/kubelet-config.yaml",
                         f"--kubeconfig={CONF}/kubelet.conf", f"--hostname-override={node}",
-                        f"--node-ip={address}", "--v=1"],
+                        # both families where the node has both (kube-control's
+                        # binding addresses)
+                        f"--node-ip={','.join(addresses)}", "--v=1"],
             "kube-proxy": [f"--config={CONF}/kube-proxy-config.yaml", "--v=1"],
         }
         return _apply(ctx, files, commands)
@@ -400,6 +409,12 @@ class Kubernetes:
         return found
 
 
+def node_addresses(machine) -> list[str]:
+    """What kube-control's binding gives kubelet's --node-ip: the machine's
+    IPv4 address, then its IPv6 twin where it has one."""
+    return [machine.address] + ([machine.address6] if machine.address6 else [])
+
+
 class ReadyWatch:
     """Every node's Ready condition, polled from a thread (`kubectl get
     nodes`, every `interval` s) while a `with` block runs: `changes` lists
@@ -484,8 +499,10 @@ def stop_components(machine) -> None:
         machine.systemctl("stop", *units)
 
 
-def _first_host(cidr: str) -> str:
-    return str(next(ipaddress.ip_network(cidr).hosts()))
+def _first_hosts(cidrs: str) -> list[str]:
+    """The first address of each range of "v4" or "v4,v6" (a Service
+    range's first is the `kubernetes` Service's)."""
+    return [str(next(ipaddress.ip_network(c.strip()).hosts())) for c in cidrs.split(",")]
 
 
 def _unit_file(component: str, args: list[str]) -> str:

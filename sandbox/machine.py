@@ -25,8 +25,11 @@ the host appear inside) and the state root itself.  ``/sys`` is the machine's
 own sysfs (its network devices); ``/proc``, ``/tmp``, ``/home``, ``/work``,
 ``/usr`` (but ``/usr/local``) are the host's.
 
-The machine has an Ubuntu 22.04 identity (``/etc/os-release``,
-``/etc/lsb-release``), a ``/run/systemd/system`` directory and a
+The machine has the identity of an Ubuntu release (``series``: 22.04
+"jammy" by default, or 24.04 "noble"; ``/etc/os-release``,
+``/etc/lsb-release``) and, where this host has it, that release's python3
+first on PATH (``/usr/local/bin/python3``: 3.10 or 3.12), which the charm's
+hooks run with; a ``/run/systemd/system`` directory and a
 ``/usr/local/sbin/systemctl`` (the forwarding client to the machine's
 systemctl server, sandbox/systemctl.py, started with the machine) that runs
 docker-systemctl-replacement's ``systemctl3`` held to systemd 252's rules
@@ -185,8 +188,12 @@ class MachineError(RuntimeError):
 
 class Machine:
     def __init__(self, name: str, network: TestNetwork, address: str | None = None,
-                 keep_state: bool = False, segment: str = "main"):
+                 keep_state: bool = False, segment: str = "main", series: str = "jammy"):
         self.name = name
+        # the Ubuntu release it claims (os-release), whose python3 runs its
+        # hooks where this host has it (ubuntu.python_for), else the host's
+        self.series = series
+        self.python = ubuntu.python_for(series)
         self.network = network
         self.segment = segment   # which of the network's segments eth0 is on
         self.netns = network.prefix + name
@@ -249,8 +256,8 @@ class Machine:
             {"name": self.name, "netns": self.netns, "network": self.network.tag}))
         # Ubuntu identity (charmhelpers refuses Debian) and systemd's marks.
         u = self.state_dir / "upper"
-        (u / "etc/os-release").write_text(OS_RELEASE)
-        (u / "etc/lsb-release").write_text(LSB_RELEASE)
+        (u / "etc/os-release").write_text(ubuntu.os_release(self.series))
+        (u / "etc/lsb-release").write_text(ubuntu.lsb_release(self.series))
         (u / "etc/hostname").write_text(self.name + "\n")
         (u / "run/systemd/system").mkdir(parents=True)
         # systemctl3 held to systemd 252's rules, run by the Python that has
@@ -267,6 +274,11 @@ class Machine:
                      fallback=f"{systemctl.INSTALL_DIR}/systemctl.py")
         (sbin / "journalctl").write_text(JOURNALCTL)
         (sbin / "journalctl").chmod(0o755)
+        if self.python:
+            # the release's python3 first on PATH: hooks' `#!/usr/bin/env python3`
+            bin_dir = u / "usr/local/bin"
+            bin_dir.mkdir(parents=True, exist_ok=True)
+            (bin_dir / "python3").symlink_to(self.python)
         return overlays
 
     @staticmethod

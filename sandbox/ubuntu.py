@@ -1,7 +1,13 @@
 """The identity of an Ubuntu release, as /etc/os-release and /etc/lsb-release
 show it: what the sandbox's machines present (the charm, Juju's machine agent
-and charmcraft read it to tell the series) on this Debian host."""
+and charmcraft read it to tell the series) on this Debian host, and the
+python3 each release ships, which the machine's hooks run with where this
+host has that Python (a pyenv build, or /usr/bin/python3.X)."""
 from __future__ import annotations
+
+import glob
+import os
+import zlib
 
 #: series -> (version, point release, code name)
 RELEASES = {
@@ -9,6 +15,33 @@ RELEASES = {
     "noble": ("24.04", "24.04.1", "Noble Numbat"),
 }
 SERIES_OF_VERSION = {version: series for series, (version, _, _) in RELEASES.items()}
+#: series -> the python3 it ships (the charm's hooks run with it)
+PYTHONS = {"jammy": "3.10", "noble": "3.12"}
+# FLANNEL_SANDBOX_SERIES=jammy|noble plays one release on every machine
+SERIES_ENV = "FLANNEL_SANDBOX_SERIES"
+
+
+def python_for(series: str) -> str | None:
+    """A python3 of the version `series` ships, on this host; None without."""
+    version = PYTHONS[series]
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"))
+    found += [p for p in (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}")
+              if os.path.exists(p)]
+    return found[-1] if found else None
+
+
+def series_for(label: str) -> str:
+    """The release a cluster's machines play: FLANNEL_SANDBOX_SERIES, else
+    one of RELEASES picked by the cluster's label, so that a suite's
+    clusters play both and each cluster the same one every run."""
+    wanted = os.environ.get(SERIES_ENV, "")
+    if wanted:
+        if wanted not in RELEASES:
+            raise ValueError(f"{SERIES_ENV}={wanted!r}: one of {', '.join(RELEASES)}")
+        return wanted
+    names = sorted(RELEASES)
+    return names[zlib.crc32(label.encode()) % len(names)]
 
 
 def os_release(series: str = "jammy") -> str:

@@ -458,8 +458,7 @@ class KubernetesWorkerApp(EmulatedApp):
             # start_worker's configure_default_cni
             link_default_conf(ctx, DEFAULT_CONF_STEM, self.cni_data[ctx.unit]["cni-conf-file"])
             if self.kubernetes is not None:   # start_worker: kubelet and kube-proxy
-                self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(),
-                                               self.cni_data[ctx.unit]["cidr"])
+                self.kubernetes.configure_node(ctx, self.cni_data[ctx.unit]["cidr"])
             ctx.status_set("active", "Kubernetes worker running.")
         else:
             ctx.status_set("waiting", "Waiting for cni to be configured.")

@@ -18,6 +18,7 @@ import dataclasses
 import os
 import uuid
 
+from .. import ubuntu
 from . import model as _model
 from .executors import MachineExecutor, as_executor
 from .hooktools import append_unit_log
@@ -42,7 +43,7 @@ class ModelOperations:
     # machines
     # ======================================================================
     def add_machine(self, executor, *, address=None, cidr=None, interface="eth0",
-                    mac=None, hostname=None, name=None, zone="") -> str:
+                    mac=None, hostname=None, name=None, zone="", base="22.04") -> str:
         """Register a machine (an executor, or a sandbox Machine) with its
         network binding and availability zone; returns its Juju machine id
         ("0", "1", ...)."""
@@ -54,7 +55,7 @@ class ModelOperations:
                 "id": mid, "name": name or f"machine-{mid}", "address": address,
                 "cidr": cidr, "interface": interface, "mac": mac,
                 "hostname": hostname or name or f"juju-machine-{mid}", "zone": zone or "",
-                "extra-bind-addresses": [],
+                "extra-bind-addresses": [], "base": base,
                 "executor": repr(ex), "since": _now(),
             }
         self.executors[mid] = ex
@@ -83,7 +84,8 @@ class ModelOperations:
         subnet = getattr(machine, "subnet", None)
         return self.add_machine(MachineExecutor(machine), address=machine.address,
                                 interface=machine.iface, cidr=str(subnet) if subnet else None,
-                                mac=mac, hostname=machine.name, name=machine.name)
+                                mac=mac, hostname=machine.name, name=machine.name,
+                                base=ubuntu.RELEASES[getattr(machine, "series", "jammy")][0])
 
     # ======================================================================
     # applications

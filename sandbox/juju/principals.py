@@ -209,8 +209,7 @@ class OpsKubernetesWorkerApp(OpsPrincipal):
         # the worker then only clears 01-default.*.
         self.set_default_cni_conf_file(ctx, None)
         if self.kubernetes is not None:
-            self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(),
-                                           self.cni_value(ctx, "cidr"))
+            self.kubernetes.configure_node(ctx, self.cni_value(ctx, "cidr"))
 
 
 class OpsKubernetesControlPlaneApp(OpsPrincipal):
@@ -239,7 +238,7 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
         cidr = self.cni_value(ctx, "cidr", config.get("default-cni") or "")
         if self.kubernetes is not None:
             # --cluster-cidr only while the cni relation carries one
-            self.kubernetes.configure_control_plane(ctx, ctx.address(), cidr)
+            self.kubernetes.configure_control_plane(ctx, cidr, config["service-cidr"])
         self._write(ctx, CLUSTER_ARGS,
                     f"--cluster-cidr={cidr or ''}\n"
                     f"--service-cluster-ip-range={config['service-cidr']}\n".encode())
@@ -253,8 +252,7 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
             raise NotReady("blocked", "Missing CNI relation or config")
         self.set_default_cni_conf_file(ctx, conf_file)
         if self.kubernetes is not None:
-            self.kubernetes.configure_node(ctx, ctx.executor.machine.name, ctx.address(), cidr,
-                                           taints=(CONTROL_PLANE_TAINT,))
+            self.kubernetes.configure_node(ctx, cidr, taints=(CONTROL_PLANE_TAINT,))
 
     def require_etcd(self, ctx: HookContext) -> None:
         keys = ("connection_string", "client_ca", "client_cert", "client_key")

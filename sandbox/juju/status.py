@@ -26,7 +26,8 @@ def model_status(data: dict) -> dict:
                                 "ip-addresses": ips,
                                 "instance-id": mach.get("name"),
                                 "hostname": mach.get("hostname"),
-                                "base": {"name": "ubuntu", "channel": "22.04"},
+                                "base": {"name": "ubuntu",
+                                         "channel": mach.get("base", "22.04")},
                                 "network-interfaces": {mach.get("interface") or "eth0": {
                                     "ip-addresses": ips,
                                     "mac-address": mach.get("mac") or "", "is-up": True}}}
@@ -143,7 +144,7 @@ def format_status(st: dict) -> str:
     rows = [["Machine", "State", "Address", "Inst id", "Base", "AZ", "Message"]]
     for mid, mach in st["machines"].items():
         rows.append([mid, mach["juju-status"]["current"], mach["dns-name"] or "",
-                     mach["instance-id"], "ubuntu@22.04", "", ""])
+                     mach["instance-id"], f"ubuntu@{mach['base']['channel']}", "", ""])
     if len(rows) > 1:
         table(rows)
     return "\n".join(lines).rstrip() + "\n"

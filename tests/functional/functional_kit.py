@@ -355,3 +355,30 @@ def member(resource: Path, name: str) -> bytes:
             if item.name.lstrip("./") == name:
                 return archive.extractfile(item).read()
     raise KeyError(name)
+
+
+def assert_hooks_run_with_the_base_python(cluster: Cluster) -> None:
+    """Ubuntu 22.04 ships python3.10, 24.04 python3.12: every flannel unit's
+    hooks (and actions) run with the one of its machine's release (skipped
+    where this host has no such Python)."""
+    import pytest
+    from sandbox.ubuntu import PYTHONS, python_for
+    if python_for(cluster.series) is None:
+        pytest.skip(f"this host has no python{PYTHONS[cluster.series]}")
+    versions = hook_pythons(cluster)
+    print(f"{cluster.series}: {versions}")
+    assert set(versions) == set(cluster.machines), versions
+    assert all(v.startswith(PYTHONS[cluster.series] + ".") for v in versions.values()), versions
+
+
+def hook_pythons(cluster: Cluster) -> dict[str, str]:
+    """machine -> the version ("3.10.13") of the python3 the flannel unit's
+    venv there was made with: the one its hooks run with."""
+    found = {}
+    for name, machine in cluster.machines.items():
+        proc = machine.run(["sh", "-c", "for p in /var/lib/juju/agents/unit-flannel-*/.venv/"
+                            "bin/python3; do \"$p\" -c 'import platform; "
+                            "print(platform.python_version())'; done"], check=False)
+        if proc.stdout.strip():
+            found[name] = proc.stdout.split()[-1]
+    return found

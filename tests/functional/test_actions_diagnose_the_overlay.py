@@ -12,7 +12,7 @@ import re
 import tarfile
 
 import pytest
-from functional_kit import deploy_and_wait
+from functional_kit import assert_hooks_run_with_the_base_python, deploy_and_wait
 
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("actions")]
 
@@ -24,6 +24,10 @@ def cluster(open_cluster):
         opened.controller.update_status()   # where a unit names itself beside its lease
         opened.settle()
         yield opened
+
+
+def test_hooks_run_with_the_python3_of_the_base_the_machines_claim(cluster):
+    assert_hooks_run_with_the_base_python(cluster)
 
 
 def lease_of(cluster, machine: str) -> str:

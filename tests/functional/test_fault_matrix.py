@@ -38,8 +38,9 @@ MATRIX = [name for name, r in sorted(ROWS.items()) if not r.soak and name not in
 CHAINS = {
     "fault-chain-1a": ("1a etcd down during install", "4a install killed (SIGKILL sweep)",
                        "4b config-changed killed (SIGKILL sweep)"),
+    # 4d plays on a cluster of its own: after 1b a unit re-added by its
+    # sweep may lease another subnet than its snapshot's (seen in CI)
     "fault-chain-1b": ("1b etcd down at the first network config",
-                       "4d stop killed (SIGKILL sweep)",
                        "4c upgrade-charm killed (SIGKILL sweep)"),
     "fault-chain-3": ("3 etcd CA and client certificate replaced",
                       "7b flanneld crash-looping (broken binary in an upgraded resource)",

@@ -1,19 +1,23 @@
 """What kubectl shows, with a real control plane, kubelets and kube-proxies
 (sandbox.kubernetes) on one cluster: a control plane and two workers.
 
-- The bug report, as its reporter saw it: a busybox pod Running, `juju
-  remove-relation kubernetes-worker flannel`, then a pod created while
-  flannel is away stays ContainerCreating (its events say why), and after
-  `juju add-relation` kubelet's own retries run it, the same pod (same UID),
-  while the pod from before kept running; each node's Ready condition through
-  the cycle is printed.
 - A Deployment on every node behind a ClusterIP Service, asked every 0.2 s
   by a client pod through `juju refresh flannel` (flanneld v0.27.4 -> the
-  charm's resource): no request lost; then through a flanneld kill: counted.
-- The control plane runs kube-controller-manager and kube-proxy with the
-  cidr flannel publishes.
+  charm's resource), an `mtu` change and a flanneld kill: requests lost
+  counted (none for the refresh), each node's Ready condition printed (it
+  stays True through the refresh).
+- Dual-stack: kube-controller-manager and kube-proxy run with the "v4,v6"
+  flannel publishes, kubelet reports both families of every pod, and an
+  IPv6 Service answers.
+- The hooks run with the python3 of the machines' Ubuntu release.
 
-Marked `kubernetes` (tests/conftest.py): `-m "not kubernetes"` skips it.
+The bug report itself through kubectl (busybox.yaml Running, a pod made
+while flannel is away waiting in ContainerCreating and run by kubelet's
+retries, the same pod, after add-relation; each node's Ready condition
+through the cycle) is the demo's (sandbox.demo.play), which
+test_the_charmcraft_packed_charm.py plays with every check asserted.
+
+Marked `kubernetes` (tests/functional/conftest.py): `-m "not kubernetes"` skips it.
 """
 from __future__ import annotations
 
@@ -21,9 +25,9 @@ import json
 import time
 
 import pytest
-from functional_kit import deploy_and_wait
+from functional_kit import assert_hooks_run_with_the_base_python, deploy_and_wait
 
-from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch
+from sandbox.kubernetes import ReadyWatch
 
 pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
               pytest.mark.xdist_group("kubernetes")]
@@ -45,6 +49,10 @@ def cluster(open_cluster, previous_resource):
         k8s.wait_nodes_ready(NODES, timeout=180)
         k8s.wait_default_service_account()
         yield opened
+
+
+def test_hooks_run_with_the_python3_of_the_base_the_machines_claim(cluster):
+    assert_hooks_run_with_the_base_python(cluster)
 
 
 def pod_manifest(name: str, node: str = "", command: str = "sleep 3600",
@@ -167,41 +175,57 @@ def test_a_service_answers_through_a_refresh(cluster, resource):
     k8s.kubectl("delete", "-f", "-", input=json.dumps(WEB))
 
 
-def test_a_pod_made_while_flannel_is_away_runs_once_it_is_back(cluster):
+IPV6_CIDR = "fd10:1::/56"
+# the control plane's service-cidr, both families (as operators set it for dual-stack)
+DUAL_SERVICE_CIDR = "10.152.183.0/24,fd00:10:152:183::/112"
+WEB6_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web6"},
+                "spec": {"selector": {"app": "web"}, "ipFamilies": ["IPv6"],
+                         "ipFamilyPolicy": "SingleStack",
+                         "ports": [{"port": 80, "targetPort": 8080}]}}
+
+
+def command_line(machine, name: str) -> str:
+    [pid] = machine.pids_of(name)
+    return (machine.read_file(f"/proc/{pid}/cmdline") or b"").replace(b"\0", b" ").decode()
+
+
+def test_dual_stack_reaches_kubelet_kube_proxy_and_a_service(cluster):
+    """`juju config kubernetes-control-plane service-cidr=v4,v6` and `juju
+    config flannel ipv6-cidr=...`: the control plane runs with the "v4,v6"
+    flannel publishes, pods have both families as kubelet sees them, and an
+    IPv6 Service answers."""
+    from sandbox.cluster import CONTROL_PLANE
     k8s = cluster.kubernetes
-    k8s.kubectl("create", "-f", "-", input=BUSYBOX_YAML)
-    k8s.wait_pod_running("busybox", timeout=RUNNING_WITHIN)
-    print(f"$ kubectl get po busybox\n{kubectl_get_po(k8s, 'busybox')}")
-    with ReadyWatch(k8s) as watch:
-        cluster.remove_cni_relation()
-        k8s.kubectl("create", "-f", "-", input=pod_manifest("made-while-away", node="m1"))
-        created = k8s.get("pod", "made-while-away")
-        # kubelet says why, and does not give up
-        reasons = k8s.wait_for("an event on the waiting pod", lambda: {
-            e["reason"] for e in events_of(k8s, "made-while-away")}, timeout=60)
-        waiting = kubectl_get_po(k8s, "made-while-away")
-        print(f"while flannel is away:\n$ kubectl get po made-while-away\n{waiting}"
-              f"events: {sorted(reasons)}")
-        assert "ContainerCreating" in waiting, waiting
-        assert k8s.pod_phase("made-while-away") == "Pending"
-        assert reasons & {"NetworkNotReady", "FailedCreatePodSandBox"}, reasons
-        readded = time.monotonic()
-        cluster.add_cni_relation()
+    cluster.controller.config(CONTROL_PLANE, **{"service-cidr": DUAL_SERVICE_CIDR})
+    cluster.settle()
+    with ReadyWatch(k8s) as ready:
+        cluster.configure(**{"ipv6-cidr": IPV6_CIDR})
         cluster.wait_for_flannel(timeout=120)
-        k8s.wait_pod_running("made-while-away", timeout=RUNNING_WITHIN)
-        running_after = time.monotonic() - readded
         k8s.wait_nodes_ready(NODES, timeout=60)
-    print(f"Ready through remove-relation / add-relation:\n{watch.timeline()}")
-    print(f"made-while-away Running {running_after:.1f}s after add-relation")
-    # the same pod, run by kubelet's retries: nobody recreated it
-    assert k8s.get("pod", "made-while-away")["metadata"]["uid"] == created["metadata"]["uid"]
-    # the pod from before the cycle ran on throughout
-    before = k8s.get("pod", "busybox")
-    assert before["status"]["phase"] == "Running"
-    assert before["status"]["containerStatuses"][0]["restartCount"] == 0
-    # and a pod made now runs at once, wherever it lands
-    k8s.kubectl("create", "-f", "-", input=pod_manifest("made-after", node="m2"))
-    k8s.wait_pod_running("made-after", timeout=RUNNING_WITHIN)
-    print(f"$ kubectl get po\n{kubectl_get_po(k8s)}")
-    for name in ("busybox", "made-while-away", "made-after"):
-        k8s.kubectl("delete", "pod", name, "--wait=false")
+    print(f"Ready through turning IPv6 on:\n{ready.timeline()}")
+    published = f"{cluster.network_config()['Network']},{IPV6_CIDR}"
+    cp = cluster.machines["cp"]
+    k8s.wait_for("kube-controller-manager restarted with both families", lambda: (
+        f"--cluster-cidr={published}" in command_line(cp, "kube-controller-manager")), 60)
+    for m in NODES:
+        proxy = json.loads(cluster.machines[m].read_file(
+            "/etc/kubernetes/kube-proxy-config.yaml"))
+        assert proxy["clusterCIDR"] == published, (m, proxy)
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(WEB))
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(WEB6_SERVICE))
+    k8s.kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=130)
+    pods = [p for p in k8s.get("pods", "")["items"] if p["metadata"]["labels"].get("app") == "web"]
+    families = {p["spec"]["nodeName"]: sorted(":" in ip["ip"] for ip in p["status"]["podIPs"])
+                for p in pods}
+    # kubelet reports an address of each family for every pod
+    assert families == {m: [False, True] for m in NODES}, families
+    service_ip = k8s.get("service", "web6")["spec"]["clusterIP"]
+    assert ":" in service_ip, service_ip
+    client = pod_manifest("client6", node="m1", command=CLIENT_LOOP.replace(
+        "$WEB_SERVICE_HOST", "$WEB6_SERVICE_HOST"))
+    k8s.kubectl("create", "-f", "-", input=client)
+    k8s.wait_pod_running("client6")
+    k8s.wait_for("answers over IPv6 from all three web pods",
+                 lambda: len({line for line in answers(k8s, "client6")
+                              if line.startswith("ok")}) >= 3, timeout=60)
+    print(f"web6's ClusterIP {service_ip}: {answers(k8s, 'client6')[:6]}")
