@@ -509,7 +509,10 @@ def _unit_file(component: str, args: list[str]) -> str:
     argv = [str(binary_path(component)), *args]
     return (f"[Unit]\nDescription=Service for snap application {component}.daemon\n"
             f"After=network-online.target\n\n[Service]\n"
-            f"ExecStart={shlex.join(argv)}\nRestart=always\nRestartSec=2\n\n"
+            f"ExecStart={shlex.join(argv)}\nRestart=always\nRestartSec=2\n"
+            # the API server drains for a minute on SIGTERM: a test's
+            # restart and teardown wait 5 s at most
+            f"TimeoutStopSec=5\n\n"
             f"[Install]\nWantedBy=multi-user.target\n")
 
 
