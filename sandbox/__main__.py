@@ -4,15 +4,17 @@ python -m sandbox faults --charm DIR [--resource TARBALL] [--only TEXT] [--soak]
 python -m sandbox soak --charm DIR [--resource TARBALL] [--cycles 50] [--json FILE]
 python -m sandbox dataplane --charm DIR [--resource TARBALL] [--seconds 3] [--json FILE]
 python -m sandbox growth --charm DIR [--resource TARBALL] [--hooks 100] [--leases 16,1000,5000]
+python -m sandbox kube-bench --charm DIR [--resource TARBALL] [--pods 10] [--json FILE]
 python -m sandbox charmcraft-pack [--platform ubuntu-22.04-amd64] [--out DIR]
 
 --charm takes a built charm directory or a packed .charm."""
 import sys
 
-from sandbox import bench, charmcraft_pack, dataplane, demo, growth, soak
+from sandbox import bench, charmcraft_pack, dataplane, demo, growth, kube_bench, soak
 from sandbox.faults import runner as faults
 
 COMMANDS = {"demo": demo.main, "bench": bench.main, "faults": faults.main,
+            "kube-bench": kube_bench.main,
             "soak": soak.main, "dataplane": dataplane.main, "growth": growth.main,
             "charmcraft-pack": charmcraft_pack.main}
 

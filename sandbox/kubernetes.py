@@ -68,6 +68,7 @@ from typing import Callable
 from sandbox.cri import BUSYBOX_IMAGE, runtime_for
 from sandbox.pki import Pki, make_cert, make_signing_key
 from sandbox.resource import binary_path, cache_root
+from sandbox.waiting import wait_for
 
 SERVICE_CIDR = "10.152.183.0/24"      # kubernetes-control-plane's service-cidr default
 API_PORT = 6443
@@ -142,6 +143,9 @@ class Kubernetes:
         # before containerd stops (on_destroy runs last first): a kubelet left
         # running would make the pods' cgroups again as they are removed
         machine.on_destroy.append(lambda: stop_components(machine))
+        # after a reboot, containerd (a unit the containerd charm enables)
+        # and the pods' cgroup root are back before kubelet starts
+        machine.on_boot.append(lambda: self._boot(machine))
         runtime.ctr("images", "tag", "--force", BUSYBOX_IMAGE, BUSYBOX_REFERENCE)
         masks = machine.state_dir / "kubelet-sysctls"
         masks.mkdir(exist_ok=True)
@@ -151,9 +155,15 @@ class Kubernetes:
             mask.write_text(f"{value}\n")
             script.append(f"mountpoint -q /proc/sys/{name} || "
                           f"mount --bind {mask} /proc/sys/{name}")
-        cgroup = runtime.cgroup.lstrip("/")
-        script.append(f'for h in /sys/fs/cgroup/*/; do mkdir -p "${{h}}{cgroup}"; done')
         machine.run(["sh", "-c", "\n".join(script)])
+        self._boot(machine)
+
+    def _boot(self, machine) -> None:
+        """containerd running and the pods' cgroup root made (kubelet
+        refuses a cgroupRoot that does not exist)."""
+        runtime = runtime_for(machine)
+        cgroup = runtime.cgroup.lstrip("/")
+        machine.run(["sh", "-c", f'for h in /sys/fs/cgroup/*/; do mkdir -p "${{h}}{cgroup}"; done'])
 
     def attach_control_plane(self, machine) -> None:
         self.control_plane = machine
@@ -355,19 +365,15 @@ class Kubernetes:
                         condition.get("message", ""))
         return ("", "", "")
 
-    def api_ready(self) -> bool:
-        return self.kubectl("get", "--raw=/readyz", check=False).returncode == 0
-
-    def wait_for(self, what: str, condition: Callable[[], object], timeout: float,
+    @staticmethod
+    def wait_for(what: str, condition: Callable[[], object], timeout: float,
                  interval: float = 0.5):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not after {timeout:.0f}s")
-            time.sleep(interval)
+        """condition()'s first truthy value within `timeout` seconds, else
+        TimeoutError naming `what`."""
+        value = wait_for(condition, timeout, interval)
+        if not value:
+            raise TimeoutError(f"{what}: not after {timeout:.0f}s")
+        return value
 
     def wait_nodes_ready(self, nodes, timeout: float = 120) -> None:
         for node in nodes:

@@ -215,6 +215,10 @@ class Machine:
         # called first by reboot(): what runs inside and dies with the power
         # (sandbox.cri's containerd, its shims and containers)
         self.on_reboot: list = []
+        # called by reboot() once the machine is up again, before the units
+        # it enabled start: what its systemd would have started first (a
+        # containerd the kubelet unit needs)
+        self.on_boot: list = []
         # the network state the machine booted with (routes, ip_forward):
         # what a reboot returns it to
         self._boot_routes: list[dict] = []
@@ -480,6 +484,11 @@ class Machine:
         gone += self._empty_run()
         (self.path_on_host("/run") / "systemd" / "system").mkdir(parents=True, exist_ok=True)
         self._start_systemctl_server()
+        for hook in list(self.on_boot):
+            try:
+                hook()
+            except Exception as error:   # the units still start
+                print(f"machine {self.name}: boot step failed: {error}", file=sys.stderr)
         if start_enabled:
             for unit in self.enabled_units():
                 self.run(["systemctl", "start", unit], check=False, timeout=60)

@@ -6,6 +6,8 @@
   charm's resource), an `mtu` change and a flanneld kill: requests lost
   counted (none for the refresh), each node's Ready condition printed (it
   stays True through the refresh).
+- A worker's reboot: Ready again, its pod run again by kubelet on flannel's
+  network, the timeline printed.
 - Dual-stack: kube-controller-manager and kube-proxy run with the "v4,v6"
   flannel publishes, kubelet reports both families of every pod, and an
   IPv6 Service answers.
@@ -173,6 +175,36 @@ def test_a_service_answers_through_a_refresh(cluster, resource):
     assert sent > 10
     k8s.kubectl("delete", "pod", "client", "--wait=false")
     k8s.kubectl("delete", "-f", "-", input=json.dumps(WEB))
+
+
+def test_a_rebooted_worker_is_ready_again_and_runs_its_pod(cluster):
+    """m2 loses power: its flanneld and kubelet start at boot (their units
+    are enabled), kubelet runs its pod again (the same pod, a new sandbox on
+    flannel's network) and the node is Ready; the timeline is printed."""
+    k8s = cluster.kubernetes
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("on-m2", node="m2"))
+    k8s.wait_pod_running("on-m2")
+    before = k8s.get("pod", "on-m2")
+
+    def restarted():
+        pod = k8s.get("pod", "on-m2")
+        statuses = pod["status"].get("containerStatuses") or [{}]
+        return (pod["status"]["phase"] == "Running" and statuses[0].get("ready")
+                and statuses[0].get("restartCount", 0) >= 1 and pod)
+
+    with ReadyWatch(k8s) as watch:
+        started = time.monotonic()
+        cluster.reboot("m2")
+        after = k8s.wait_for("on-m2 running again after m2's reboot", restarted, 120)
+        running_after = time.monotonic() - started
+        k8s.wait_nodes_ready(NODES, timeout=60)
+    print(f"Ready through m2's reboot:\n{watch.timeline()}\n"
+          f"on-m2 running again {running_after:.1f}s after the power cut, at "
+          f"{after['status']['podIP']} (was {before['status']['podIP']})")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    subnet = cluster.subnet_env("m2")["FLANNEL_SUBNET"].rsplit(".", 1)[0]
+    assert after["status"]["podIP"].startswith(subnet + "."), (after["status"], subnet)
+    k8s.kubectl("delete", "pod", "on-m2", "--wait=false")
 
 
 IPV6_CIDR = "fd10:1::/56"
