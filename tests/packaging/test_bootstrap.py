@@ -112,6 +112,70 @@ def test_ensure_reinstalls_when_the_wheelhouse_changes(unit, monkeypatch):
     assert len(calls) == 1
 
 
+def test_a_wheelhouse_written_anew_with_the_same_content_is_not_installed_again(
+        unit, monkeypatch):
+    """upgrade-charm rewrites every file of the charm: the same wheels under
+    new times are hashed once, found installed, and from then on stat()
+    answers again; a hook that finds the files as recorded reads none."""
+    fake_installed_venv(unit, bootstrap.wheelhouse_key(unit))
+    monkeypatch.setattr(bootstrap, "install", lambda *a: pytest.fail("nothing to install"))
+    assert bootstrap.ensure(unit.charm_dir) == unit.python
+    for name in os.listdir(unit.wheelhouse):
+        os.utime(os.path.join(unit.wheelhouse, name), ns=(1, 1))
+    hashed = []
+    key = bootstrap.wheelhouse_key
+    monkeypatch.setattr(bootstrap, "wheelhouse_key", lambda layout: hashed.append(1) or key(layout))
+    assert bootstrap.ensure(unit.charm_dir) == unit.python
+    assert hashed == [1], "files with new times: the content decides"
+    for _ in range(3):
+        assert bootstrap.ensure(unit.charm_dir) == unit.python
+    assert hashed == [1], "the files as recorded: nothing read"
+
+
+def test_the_recorded_files_go_with_the_venv(unit, monkeypatch):
+    """A venv made anew (a failed install, a new Python) has no record: its
+    wheelhouse is hashed and compared with its stamp again."""
+    fake_installed_venv(unit, bootstrap.wheelhouse_key(unit))
+    bootstrap.ensure(unit.charm_dir)
+    assert os.path.exists(unit.fingerprint)
+    monkeypatch.setattr(bootstrap, "_python_tag", lambda version_info=None: "cpython-3.99")
+    calls = []
+    monkeypatch.setattr(bootstrap, "install", lambda layout, key, log: calls.append(key)
+                        or Path(layout.stamp).write_text(key))
+    monkeypatch.setattr(bootstrap, "_hook_tool", lambda *args: None)
+    bootstrap.ensure(unit.charm_dir)
+    assert calls == [bootstrap.wheelhouse_key(unit)], "another Python: installed again"
+
+
+DISTUTILS_ALONE = """
+import sys
+from charms.flannel.bootstrap import distutils_from_setuptools
+distutils_from_setuptools()
+from distutils.version import LooseVersion
+import distutils
+print('setuptools' in sys.modules, distutils.__file__.endswith('setuptools/_distutils/__init__.py'),
+      LooseVersion('1.10') > LooseVersion('1.9'))
+"""
+
+
+def test_distutils_comes_from_setuptools_without_importing_setuptools(tmp_path):
+    """Python 3.12's hooks: charmhelpers' `from distutils.version import
+    LooseVersion` answered by setuptools' own copy, setuptools itself never
+    imported (here one whose import fails)."""
+    package = tmp_path / "setuptools"
+    (package / "_distutils").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('setuptools imported')\n")
+    (package / "_distutils" / "__init__.py").write_text("")
+    (package / "_distutils" / "version.py").write_text(
+        "class LooseVersion:\n"
+        "    def __init__(self, v): self.v = [int(p) for p in v.split('.')]\n"
+        "    def __gt__(self, other): return self.v > other.v\n")
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", DISTUTILS_ALONE], capture_output=True, text=True,
+                         env={"PYTHONPATH": f"{tmp_path}:{REPO / 'lib'}"})
+    assert out.stdout.split() == ["False", "True", "True"], out.stdout + out.stderr
+
+
 def test_failed_install_raises_with_the_log_tail_and_leaves_no_stamp(unit, monkeypatch):
     monkeypatch.setattr(bootstrap, "_hook_tool", lambda *args: None)
     monkeypatch.setattr(bootstrap, "ensure_venv_support", lambda log: [])

@@ -64,8 +64,11 @@ from charmhelpers.core import hookenv
 @hook('{install,config-changed,upgrade-charm}')
 def probe():
     import sys
+    import distutils
     with open(os.environ['FLANNEL_TEST_PROBE'], 'a') as f:
-        f.write('{} {} {}\\n'.format(hookenv.hook_name(), sys.prefix, sys.version.split()[0]))
+        f.write('{} {} {} setuptools-imported={} distutils={}\\n'.format(
+            hookenv.hook_name(), sys.prefix, sys.version.split()[0],
+            'setuptools' in sys.modules, distutils.__file__))
 """
 
 
@@ -249,7 +252,14 @@ def test_install_hook_bootstraps_offline_and_runs_reactive(built_charm, tmp_path
     venv = agent / ".venv"
     py_version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"],
                                 stdout=subprocess.PIPE, text=True).stdout.strip()
-    assert probe.read_text().split() == ["install", str(venv), py_version]
+    hook, prefix, version, setuptools_imported, distutils_file = probe.read_text().split()
+    assert [hook, prefix, version] == ["install", str(venv), py_version]
+    # charmhelpers' distutils is the standard library's where it has one
+    # (3.10, 3.11), else setuptools' copy loaded alone (bootstrap.
+    # distutils_from_setuptools): no hook imports all of setuptools for it
+    assert setuptools_imported == "setuptools-imported=False", probe.read_text()
+    in_stdlib = tuple(map(int, py_version.split(".")[:2])) < (3, 12)
+    assert ("/setuptools/_distutils/" in distutils_file) is not in_stdlib, distutils_file
     assert log.count("installing wheelhouse") == 1 and "done in" in log
     assert "Downloading" not in log
     assert "unpacked charms_reactive-" in log and "pip install" not in log, "unpacked, no pip"

@@ -9,7 +9,10 @@ Every hook (hooks/hook.template) calls :func:`run_hook`, which:
    every file in ``wheelhouse/``, by content) and the Python version;
 2. if the unit's venv (``$CHARM_DIR/../.venv``, in the unit's agent dir, so
    it survives upgrade-charm and goes away with the unit) carries that key,
-   goes straight on: one listdir, a hash and a stat, no pip;
+   goes straight on, no pip; the wheelhouse is read (5 MB hashed) only when
+   its files' names, sizes or times differ from what the venv recorded at
+   install (:func:`wheelhouse_fingerprint`): a hook's check is one listdir
+   and a stat per file;
 3. otherwise (first hook, upgrade-charm with a different wheelhouse, a series
    upgrade that changed python3) recreates the venv and installs the
    wheelhouse into it OFFLINE. scripts/build-charm ships pure-Python wheels
@@ -29,23 +32,24 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import types
-import venv as _venv
 import warnings
-import zipfile
+
+# hashlib, tempfile, venv and zipfile are imported where an install needs
+# them: every hook loads this module twice (the machine's python3, then the
+# venv's), and most hooks install nothing.
 
 #: Bump to force every unit to reinstall when the install procedure changes.
 FORMAT = "1"
 VENV_DIRNAME = ".venv"
 STAMP_NAME = ".flannel-wheelhouse-key"
+FINGERPRINT_NAME = ".flannel-wheelhouse-files"
 LOG_NAME = "flannel-bootstrap.log"
 LOCK_NAME = ".flannel-bootstrap.lock"
 #: Set in the environment of the re-executed hook (value: the venv path).
@@ -91,6 +95,7 @@ class Layout:
         self.log = os.path.join(state_dir, LOG_NAME)
         self.lock = os.path.join(state_dir, LOCK_NAME)
         self.stamp = os.path.join(self.venv, STAMP_NAME)
+        self.fingerprint = os.path.join(self.venv, FINGERPRINT_NAME)
         self.python = os.path.join(self.venv, "bin", "python3")
         self.lib = os.path.join(self.charm_dir, "lib")
         self.wheelhouse = os.path.join(self.charm_dir, "wheelhouse")
@@ -104,6 +109,7 @@ def _python_tag(version_info=None) -> str:
 
 def wheelhouse_key(layout: Layout) -> str:
     """sha256 over the install format, the Python version and the wheelhouse."""
+    import hashlib
     digest = hashlib.sha256()
     digest.update("format={}\npython={}\n".format(FORMAT, _python_tag()).encode())
     try:
@@ -121,6 +127,42 @@ def wheelhouse_key(layout: Layout) -> str:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def wheelhouse_fingerprint(layout: Layout) -> str:
+    """The install format, the Python version, and the name, size and
+    modification time of wheelhouse.txt and of every file in wheelhouse/: what
+    stat() says of the wheelhouse, without reading it."""
+    lines = ["format={} python={}".format(FORMAT, _python_tag())]
+    try:
+        names = sorted(os.listdir(layout.wheelhouse))
+    except FileNotFoundError:
+        names = []
+    for path in [layout.requirements] + [os.path.join(layout.wheelhouse, n) for n in names]:
+        try:
+            st = os.stat(path)
+            lines.append("{} {} {}".format(path, st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            lines.append("{} -".format(path))
+    return "\n".join(lines) + "\n"
+
+
+def _fingerprint_matches(layout: Layout, fingerprint: str) -> bool:
+    try:
+        with open(layout.fingerprint) as f:
+            recorded = f.read()
+    except OSError:
+        return False
+    return recorded == fingerprint and os.access(layout.python, os.X_OK)
+
+
+def _record_fingerprint(layout: Layout, fingerprint: str) -> None:
+    """Written once the venv holds the wheelhouse these files hash to (the
+    venv's own file: recreating the venv removes it)."""
+    tmp = "{}.{}.tmp".format(layout.fingerprint, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(fingerprint)
+    os.replace(tmp, layout.fingerprint)
 
 
 def is_installed(layout: Layout, key: str) -> bool:
@@ -279,6 +321,7 @@ def unpack_wheel(wheel: str, venv_dir: str, made_dirs: set | None = None) -> int
                "scripts": os.path.join(venv_dir, "bin"), "data": venv_dir}
     root = os.path.normpath(venv_dir) + os.sep
     count = 0
+    import zipfile
     with zipfile.ZipFile(wheel) as z:
         for member in z.infolist():
             if member.is_dir():
@@ -310,6 +353,8 @@ def unpack_wheel(wheel: str, venv_dir: str, made_dirs: set | None = None) -> int
 
 def install_wheels(layout: Layout, wheels: list[str], log) -> None:
     """A venv without pip, the wheels unpacked into it."""
+    import venv as _venv
+    import zipfile
     _venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(layout.venv)
     if not os.access(layout.python, os.X_OK):
         raise BootstrapError("creating the venv left no {}".format(layout.python))
@@ -356,6 +401,7 @@ def install_sources(layout: Layout, log) -> None:
     # A private pip cache for this install only: the build backends' isolated
     # builds then reuse the setuptools wheel built once, and nothing is left
     # in root's ~/.cache.
+    import tempfile
     cache = tempfile.mkdtemp(prefix=".flannel-pip-cache.", dir=os.path.dirname(layout.venv))
     env = _clean_env({"PIP_CACHE_DIR": cache})
     try:
@@ -384,14 +430,22 @@ def _locked(path: str):
 def ensure(charm_dir: str, venv_dir: str | None = None) -> str:
     """Make sure the venv holds this charm's wheelhouse; return its python.
 
-    Fast when it already does: one listdir, a hash of the wheelhouse and a
-    stat. Raises :class:`BootstrapError` with the reason (and the tail of the
-    install log) when the install fails. Sets ``$FLANNEL_BOOTSTRAP_INSTALLED``
-    when it installed (and set the unit's status).
+    Fast when it already does: one listdir and a stat per wheelhouse file,
+    compared with what the venv recorded; the wheelhouse is hashed only when
+    they differ (an upgrade-charm, a new Python). Raises
+    :class:`BootstrapError` with the reason (and the tail of the install log)
+    when the install fails. Sets ``$FLANNEL_BOOTSTRAP_INSTALLED`` when it
+    installed (and set the unit's status).
     """
     layout = Layout(charm_dir, venv_dir)
+    fingerprint = wheelhouse_fingerprint(layout)
+    if _fingerprint_matches(layout, fingerprint):
+        return layout.python
     key = wheelhouse_key(layout)
     if is_installed(layout, key):
+        # the same wheelhouse in files written anew (upgrade-charm): stat()
+        # answers from the next hook on
+        _record_fingerprint(layout, fingerprint)
         return layout.python
     os.makedirs(os.path.dirname(layout.venv), exist_ok=True)
     with _locked(layout.lock):
@@ -411,6 +465,7 @@ def ensure(charm_dir: str, venv_dir: str | None = None) -> str:
                 raise
             elapsed = time.monotonic() - started
             log.write("==== done in {:.2f}s\n".format(elapsed))
+        _record_fingerprint(layout, fingerprint)
         _hook_tool("juju-log", "-l", "INFO",
                    "flannel bootstrap: installed the wheelhouse into {} in {:.1f}s".format(
                        layout.venv, elapsed))
@@ -460,6 +515,32 @@ class EntryPointsOnly(types.ModuleType):
         return real
 
 
+def distutils_from_setuptools() -> None:
+    """Python 3.12+ has no distutils, which charmhelpers imports (for
+    LooseVersion); setuptools' shim (its distutils-precedence.pth) answers
+    with setuptools' copy, setuptools/_distutils, but imports all of
+    setuptools first: ~100 ms of every hook on Ubuntu 24.04. Load that same
+    copy as ``distutils`` by itself. Nothing is done where distutils is
+    already imported or setuptools is missing: the import then goes as it
+    would have."""
+    if "distutils" in sys.modules:
+        return
+    setuptools = importlib.util.find_spec("setuptools")
+    if setuptools is None or not setuptools.submodule_search_locations:
+        return
+    package = os.path.join(list(setuptools.submodule_search_locations)[0], "_distutils")
+    spec = importlib.util.spec_from_file_location(
+        "distutils", os.path.join(package, "__init__.py"), submodule_search_locations=[package])
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["distutils"] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules["distutils"]
+
+
 def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> None:
     """The body of every hook: bootstrap, then charms.reactive.main().
 
@@ -489,6 +570,8 @@ def _run_in_venv(charm_dir: str, hook_path: str, argv: list[str] | None, module:
         warnings.filterwarnings("ignore", message="pkg_resources is deprecated",
                                 category=UserWarning)
         sys.modules.setdefault("pkg_resources", EntryPointsOnly())
+        if sys.version_info >= (3, 12):
+            distutils_from_setuptools()
         importlib.import_module(module).main()
         return
     if os.environ.get(REEXEC_ENV):
