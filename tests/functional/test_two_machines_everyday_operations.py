@@ -3,9 +3,9 @@
 The deployment is made once (module fixture `two`, the reactive worker of the
 bug report); each test asserts only what it changes or observes itself,
 starting from whatever valid state the previous test left (every unit
-active), so any of them can run alone. The ops worker (fixture `two_ops`)
-re-extracts its plugins in nearly every hook. The user's remove/add scenario
-itself is test_back_after_a_day_away (each worker generation, every road).
+active), so any of them can run alone. The user's remove/add scenario
+itself is test_back_after_a_day_away (each worker generation, every road);
+the ops worker re-extracting its plugins, test_refresh_from_the_old_charm.
 """
 from __future__ import annotations
 
@@ -36,13 +36,6 @@ def two(open_cluster):
         yield cluster
 
 
-@pytest.fixture(scope="module")
-def two_ops(open_cluster):
-    with open_cluster("two machines, ops worker", workers=2, worker_generation="ops") as cluster:
-        cluster.worker_plugins_before = deploy_and_wait(cluster)
-        yield cluster
-
-
 def assert_ping_both_ways(a, b):
     assert a.ping(b.address), f"{a.name} ({a.address}) on {a.machine.name} cannot reach " \
         f"{b.name} ({b.address}) on {b.machine.name}"
@@ -52,40 +45,6 @@ def assert_ping_both_ways(a, b):
 
 def subnets(cluster):
     return {m: cluster.subnet_env(m) for m in MACHINES}
-
-
-# --- 1. the ops worker re-extracts its plugins in nearly every hook ---------------------
-
-def test_ops_worker_re_extracting_its_plugins_leaves_flannels_plugin_alone(two_ops, resource):
-    """The ops worker untars its cni-plugins resource over /opt/cni/bin in
-    every hook but update-status: flannel's /opt/cni/bin/flannel (not in that
-    tarball) survives untouched, the worker's own files stay the worker's,
-    flannel stays active and new pods work."""
-    worker = two_ops.worker_app
-    flannel_plugin = member(resource, "cni-plugin/flannel")
-    stat = {m: two_ops.machines[m].path_on_host("/opt/cni/bin/flannel").stat() for m in MACHINES}
-    for m in MACHINES:
-        assert two_ops.machines[m].read_file("/opt/cni/bin/flannel") == flannel_plugin, m
-    before = len(worker.extractions)
-    with two_ops.timings.phase("the ops worker reconciles (hooks on every worker unit)",
-                               two_ops.say):
-        for hook in ("config-changed", "leader-settings-changed", "upgrade-charm"):
-            worker.fire(hook)
-            two_ops.settle()
-        two_ops.wait_for_flannel(timeout=60)
-    extracted = [hook for _unit, hook in worker.extractions[before:]]
-    assert extracted.count("config-changed") == len(MACHINES), extracted
-    assert extracted.count("upgrade-charm") == len(MACHINES), extracted
-    for m in MACHINES:
-        path = two_ops.machines[m].path_on_host("/opt/cni/bin/flannel")
-        assert two_ops.machines[m].read_file("/opt/cni/bin/flannel") == flannel_plugin, m
-        now = path.stat()
-        assert (now.st_ino, now.st_mtime_ns, now.st_mode) == \
-            (stat[m].st_ino, stat[m].st_mtime_ns, stat[m].st_mode), \
-            f"{m}: the worker's extraction touched /opt/cni/bin/flannel"
-    assert plugin_differences(two_ops.worker_plugins_before, all_plugin_bytes(two_ops)) == []
-    pods = pods_everywhere(two_ops)
-    assert_ping_both_ways(pods["m1"], pods["m2"])
 
 
 # --- 2. pod-to-pod traffic across the two machines ---------------------------------------
