@@ -27,7 +27,9 @@ from functional_kit import charm_files_left, deploy_and_wait, plugin_bytes, plug
 from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL
 from sandbox.juju import EmulatedApp
 
-pytestmark = pytest.mark.functional
+# the single-node tests share one machine (fixture `node`), in this order:
+# a removal before start, an edited unit file, then leaving flannel for good
+pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("removal_leaves_a_clean_node")]
 
 POD_NETWORK = ipaddress.ip_network("10.1.0.0/16")
 
@@ -48,6 +50,24 @@ def pod_network_routes(cluster, machine: str, *, bridge_too: bool = False) -> li
 def nft_tables(cluster, machine: str) -> list[str]:
     out = cluster.machines[machine].run(["nft", "list", "tables"]).stdout
     return [line.strip() for line in out.splitlines() if "flannel" in line]
+
+
+@pytest.fixture(scope="module")
+def node(open_cluster):
+    """One kubernetes-worker machine, flannel not yet deployed."""
+    with open_cluster("removal, one node", workers=1) as cluster:
+        yield cluster
+
+
+def flannel_active(cluster) -> None:
+    """flannel deployed, related and active on the node, from whatever a
+    previous test of the module left: not deployed, or its cni relation gone."""
+    if FLANNEL not in cluster.controller.model().data["applications"]:
+        deploy_and_wait(cluster)
+        return
+    if not cluster.flannel_units():
+        cluster.add_cni_relation()
+    cluster.wait_for_flannel(timeout=120)
 
 
 def test_host_gw_removal_takes_flanneld_rules_and_routes_from_every_node(open_cluster):
@@ -73,29 +93,28 @@ def test_host_gw_removal_takes_flanneld_rules_and_routes_from_every_node(open_cl
             assert pods[m].address in pods[m].run(["ip", "-4", "addr"]).stdout
 
 
-def test_a_unit_removed_between_install_and_start_gets_remove_alone_and_leaves_nothing(
-        open_cluster):
-    with open_cluster("removal before start", workers=1) as cluster:
-        before = {"m1": plugin_bytes(cluster, "m1")}
-        machine = cluster.machines["m1"]
-        controller = cluster.controller
-        controller.deploy(FLANNEL, cluster.charm_dir,
-                          resources={cluster.resource_name: cluster.resource})
-        controller.add_relation(*ETCD_RELATION)
-        controller.add_relation(*CNI_RELATION)
-        controller.settle(stop_before=lambda e: e.get("hook") == "start"
-                          and e["unit"].startswith(f"{FLANNEL}/"))
-        (unit,) = cluster.flannel_units()
-        assert "install" in controller.hooks(unit) and "start" not in controller.hooks(unit)
-        assert machine.exists("/usr/local/bin/flanneld"), "install put no flanneld in place"
-        cluster.remove_cni_relation()
-        hooks = controller.hooks(unit)
-        assert "stop" not in hooks and hooks[-1] == "remove", hooks   # Juju's rule
-        assert cluster.flannel_units() == []
-        left = charm_files_left(cluster, "m1")
-        assert left == [], f"files of flannel's left after remove alone: {left}"
-        assert cluster.flannel_leftovers("m1", pods_stay=False) == []
-        assert plugin_differences(before, {"m1": plugin_bytes(cluster, "m1")}) == []
+def test_a_unit_removed_between_install_and_start_gets_remove_alone_and_leaves_nothing(node):
+    cluster = node
+    before = {"m1": plugin_bytes(cluster, "m1")}
+    machine = cluster.machines["m1"]
+    controller = cluster.controller
+    controller.deploy(FLANNEL, cluster.charm_dir,
+                      resources={cluster.resource_name: cluster.resource})
+    controller.add_relation(*ETCD_RELATION)
+    controller.add_relation(*CNI_RELATION)
+    controller.settle(stop_before=lambda e: e.get("hook") == "start"
+                      and e["unit"].startswith(f"{FLANNEL}/"))
+    (unit,) = cluster.flannel_units()
+    assert "install" in controller.hooks(unit) and "start" not in controller.hooks(unit)
+    assert machine.exists("/usr/local/bin/flanneld"), "install put no flanneld in place"
+    cluster.remove_cni_relation()
+    hooks = controller.hooks(unit)
+    assert "stop" not in hooks and hooks[-1] == "remove", hooks   # Juju's rule
+    assert cluster.flannel_units() == []
+    left = charm_files_left(cluster, "m1")
+    assert left == [], f"files of flannel's left after remove alone: {left}"
+    assert cluster.flannel_leftovers("m1", pods_stay=False) == []
+    assert plugin_differences(before, {"m1": plugin_bytes(cluster, "m1")}) == []
 
 
 OTHER_CNI = {
@@ -127,7 +146,31 @@ class NextCni(EmulatedApp):
         ctx.relation_set(cidr="10.99.0.0/24", **{"cni-conf-file": self.conf_file})
 
 
-def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(open_cluster):
+UNIT_FILE = "/lib/systemd/system/flannel.service"
+
+
+def test_a_unit_file_edited_since_is_rendered_again_and_never_put_back(node):
+    """flannel.service is a file only this charm writes: a hook renders an
+    edited one again, and stop removes it, edited or not. A charm whose hook
+    skipped rendering it whenever its inputs were unchanged, whatever the
+    file on disk said, and whose stop left an edited one behind (or kept it
+    as an "original" to put back) failed this test: a disabled unit pointing
+    at a flanneld that stop had just deleted."""
+    cluster = node
+    flannel_active(cluster)
+    machine, unit = cluster.machines["m1"], cluster.unit_on("m1")
+    ours = machine.read_file(UNIT_FILE)
+    machine.write_file(UNIT_FILE, ours + b"# edited by hand\n")
+    cluster.controller.fire(unit, "config-changed")
+    cluster.settle()
+    assert machine.read_file(UNIT_FILE) == ours, "the edited unit file was not rendered again"
+    machine.write_file(UNIT_FILE, ours.replace(b" -ip-masq", b" -ip-masq -v=10"))
+    cluster.remove_cni_relation()
+    assert not machine.exists(UNIT_FILE), "an edited flannel.service stayed after removal"
+    assert cluster.flannel_leftovers("m1") == []
+
+
+def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(node):
     """The path operators take to Calico or Cilium: drain the node, remove
     flannel (its relations, which destroys its units), relate the next CNI
     to the worker, and new pods work with nothing of flannel's left. The
@@ -135,49 +178,25 @@ def test_leaving_flannel_for_another_cni_leaves_no_trace_and_new_pods_work(open_
     dangling when flannel went, makes libcni fail ("error reading
     /etc/cni/net.d/05-default.conflist") until the worker links it to the
     next CNI's conflist, which it does as soon as that CNI publishes it."""
-    with open_cluster("leaving flannel", workers=1) as cluster:
-        deploy_and_wait(cluster)
-        machine = cluster.machines["m1"]
-        old = cluster.start_pod("m1")
-        assert old.delete() == "", "the drained pod's CNI DEL failed"
-        cluster.remove_cni_relation()
-        cluster.remove_etcd_relation()
-        assert cluster.flannel_units() == []
-        # drained: not even the pods' bridge or address table of flannel's stays
-        assert cluster.flannel_leftovers("m1", pods_stay=False) == []
-        assert "CDK-flannel-network" not in (machine.ls("/var/lib/cni/networks") or [])
-        dangling, error = cluster.try_pod("m1")
-        assert dangling is None and "05-default.conflist" in error, error
-        cluster.controller.deploy(NextCni())
-        cluster.controller.add_relation("next-cni:cni", "kubernetes-worker:cni")
-        cluster.settle()
-        assert cluster.default_conflist_link("m1", stem="05-default") == NextCni.conf_file
-        pod, error = cluster.try_pod("m1")
-        assert pod is not None, f"a pod of the next CNI got no address: {error}"
-        assert ipaddress.ip_address(pod.address) in ipaddress.ip_network("10.99.0.0/24")
-        assert pod.ping("10.99.0.1"), "the pod cannot reach its gateway"
-        assert pod.ping(machine.address), "the pod cannot reach its node"
-
-
-UNIT_FILE = "/lib/systemd/system/flannel.service"
-
-
-def test_a_unit_file_edited_since_is_rendered_again_and_never_put_back(open_cluster):
-    """flannel.service is a file only this charm writes: a hook renders an
-    edited one again, and stop removes it, edited or not. A charm whose hook
-    skipped rendering it whenever its inputs were unchanged, whatever the
-    file on disk said, and whose stop left an edited one behind (or kept it
-    as an "original" to put back) failed this test: a disabled unit pointing
-    at a flanneld that stop had just deleted."""
-    with open_cluster("edited unit file", workers=1) as cluster:
-        deploy_and_wait(cluster)
-        machine, unit = cluster.machines["m1"], cluster.unit_on("m1")
-        ours = machine.read_file(UNIT_FILE)
-        machine.write_file(UNIT_FILE, ours + b"# edited by hand\n")
-        cluster.controller.fire(unit, "config-changed")
-        cluster.settle()
-        assert machine.read_file(UNIT_FILE) == ours, "the edited unit file was not rendered again"
-        machine.write_file(UNIT_FILE, ours.replace(b" -ip-masq", b" -ip-masq -v=10"))
-        cluster.remove_cni_relation()
-        assert not machine.exists(UNIT_FILE), "an edited flannel.service stayed after removal"
-        assert cluster.flannel_leftovers("m1") == []
+    cluster = node
+    flannel_active(cluster)
+    machine = cluster.machines["m1"]
+    old = cluster.start_pod("m1")
+    assert old.delete() == "", "the drained pod's CNI DEL failed"
+    cluster.remove_cni_relation()
+    cluster.remove_etcd_relation()
+    assert cluster.flannel_units() == []
+    # drained: not even the pods' bridge or address table of flannel's stays
+    assert cluster.flannel_leftovers("m1", pods_stay=False) == []
+    assert "CDK-flannel-network" not in (machine.ls("/var/lib/cni/networks") or [])
+    dangling, error = cluster.try_pod("m1")
+    assert dangling is None and "05-default.conflist" in error, error
+    cluster.controller.deploy(NextCni())
+    cluster.controller.add_relation("next-cni:cni", "kubernetes-worker:cni")
+    cluster.settle()
+    assert cluster.default_conflist_link("m1", stem="05-default") == NextCni.conf_file
+    pod, error = cluster.try_pod("m1")
+    assert pod is not None, f"a pod of the next CNI got no address: {error}"
+    assert ipaddress.ip_address(pod.address) in ipaddress.ip_network("10.99.0.0/24")
+    assert pod.ping("10.99.0.1"), "the pod cannot reach its gateway"
+    assert pod.ping(machine.address), "the pod cannot reach its node"
