@@ -15,6 +15,7 @@ leaves running cannot hold the agent up) under the model's run/ directory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -254,15 +255,7 @@ class UnitAgent:
             rc, wrapper_out, wrapper_err, killed_after = self._run_killed(
                 executor, argv, env, kill_after, t0)
         else:
-            try:
-                cp = executor.run(argv, env=env, timeout=self.timeout)
-                rc = cp.returncode
-                wrapper_out = cp.stdout or b""
-                wrapper_err = cp.stderr or b""
-            except subprocess.TimeoutExpired:
-                rc = -9
-                wrapper_out = b""
-                wrapper_err = f"hook timed out after {self.timeout}s".encode()
+            rc, wrapper_out, wrapper_err = self._run_grouped(executor, argv, env, "hook")
         duration = time.monotonic() - t0
         stdout = _read_and_remove(out)
         stderr = _read_and_remove(err) + wrapper_err
@@ -297,12 +290,7 @@ class UnitAgent:
         env.update({"JUJU_DISPATCH_PATH": f"actions/{action}", "JUJU_ACTION_NAME": action,
                     "JUJU_ACTION_UUID": action_id, "JUJU_ACTION_TAG": f"action-{action_id}"})
         argv, out, err = self._wrapper(unit, f"actions/{action}", context_id)
-        try:
-            cp = executor.run(argv, env=env, timeout=self.timeout)
-            rc, wrapper_out, wrapper_err = cp.returncode, cp.stdout or b"", cp.stderr or b""
-        except subprocess.TimeoutExpired:
-            rc, wrapper_out = -9, b""
-            wrapper_err = f"action timed out after {self.timeout}s".encode()
+        rc, wrapper_out, wrapper_err = self._run_grouped(executor, argv, env, "action")
         stdout, stderr = _read_and_remove(out), _read_and_remove(err) + wrapper_err
         if MISSING_MARK in wrapper_out or NO_CHARM_MARK in wrapper_out:
             rc = None
@@ -315,6 +303,23 @@ class UnitAgent:
         argv = ["/bin/sh", "-c", HOOK_WRAPPER, "sh", unit["charm-dir"], path,
                 safe + ".out", safe + ".err"]
         return argv, safe + ".out", safe + ".err"
+
+    def _run_grouped(self, executor, argv, env, what: str) -> tuple[int, bytes, bytes]:
+        """Run the wrapper in a process group of its own; past the agent's
+        timeout SIGKILL the whole group, as Juju kills a hook that outlives
+        its timeout (the wrapper waits for the hook: killing it alone would
+        leave the hook running beside the next one). Returns (exit code,
+        wrapper stdout, wrapper stderr)."""
+        proc = executor.popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return -9, b"", f"{what} timed out after {self.timeout}s".encode()
+        return proc.returncode, out or b"", err or b""
 
     def _run_killed(self, executor, argv, env, kill_after: float, t0: float):
         """Start the hook in a process group of its own, SIGKILL the group

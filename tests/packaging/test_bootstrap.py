@@ -147,6 +147,19 @@ def test_the_recorded_files_go_with_the_venv(unit, monkeypatch):
     assert calls == [bootstrap.wheelhouse_key(unit)], "another Python: installed again"
 
 
+def test_a_record_that_cannot_be_written_costs_a_hash_not_the_hook(unit, monkeypatch):
+    """A full disk: the venv still serves the hook, nothing half-written stays."""
+    fake_installed_venv(unit, bootstrap.wheelhouse_key(unit))
+
+    def disk_full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bootstrap.os, "replace", disk_full)
+    monkeypatch.setattr(bootstrap, "install", lambda *a: pytest.fail("nothing to install"))
+    assert bootstrap.ensure(unit.charm_dir) == unit.python
+    assert sorted(os.listdir(unit.venv)) == sorted(["bin", bootstrap.STAMP_NAME])
+
+
 DISTUTILS_ALONE = """
 import sys
 from charms.flannel.bootstrap import distutils_from_setuptools

@@ -128,3 +128,25 @@ def test_a_hook_killed_inside_a_sandbox_machine(world, tmp_path):
         ctl.settle()
         assert world.read_out("install") == "begun\nbegun\ndone\n"
         assert ctl.unit("flannel/0")["agent"]["status"] == "idle"
+
+
+def test_a_hook_past_the_agents_timeout_dies_with_its_children(cluster):
+    """A hook that outlives the agent's timeout fails, and nothing of it runs
+    on beside the next hook: the hook itself and its children are killed
+    (not only the wrapper that waits for it)."""
+    ctl, out = cluster.ctl, cluster.out
+    cluster.script("install", f"""
+        echo $$ > {out}/hook
+        sleep 600 & echo $! > {out}/child
+        sleep 600
+        echo done >> {out}/install
+    """)
+    ctl.agent.timeout = 2.0
+    ctl.add_relation("flannel:cni", "kubernetes-worker:cni")
+    ctl.settle()
+    run = [r for r in ctl.hook_log if r.unit == "flannel/0"][0]
+    assert (run.hook, run.exit_code) == ("install", -9)
+    assert "hook timed out after 2.0s" in run.stderr_tail
+    for name in ("hook", "child"):
+        assert _wait_dead(int(cluster.read_out(name)), 5), f"the timed-out {name} lives on"
+    assert not (out / "install").exists()

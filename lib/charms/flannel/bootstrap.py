@@ -130,9 +130,10 @@ def wheelhouse_key(layout: Layout) -> str:
 
 
 def wheelhouse_fingerprint(layout: Layout) -> str:
-    """The install format, the Python version, and the name, size and
-    modification time of wheelhouse.txt and of every file in wheelhouse/: what
-    stat() says of the wheelhouse, without reading it."""
+    """The install format, the Python version, and the name, size, inode and
+    modification and change times of wheelhouse.txt and of every file in
+    wheelhouse/: what stat() says of the wheelhouse, without reading it. (A
+    copy can keep a file's mtime, `cp -a`, never its inode and ctime.)"""
     lines = ["format={} python={}".format(FORMAT, _python_tag())]
     try:
         names = sorted(os.listdir(layout.wheelhouse))
@@ -141,7 +142,8 @@ def wheelhouse_fingerprint(layout: Layout) -> str:
     for path in [layout.requirements] + [os.path.join(layout.wheelhouse, n) for n in names]:
         try:
             st = os.stat(path)
-            lines.append("{} {} {}".format(path, st.st_size, st.st_mtime_ns))
+            lines.append("{} {} {} {} {}".format(
+                path, st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
         except FileNotFoundError:
             lines.append("{} -".format(path))
     return "\n".join(lines) + "\n"
@@ -158,11 +160,16 @@ def _fingerprint_matches(layout: Layout, fingerprint: str) -> bool:
 
 def _record_fingerprint(layout: Layout, fingerprint: str) -> None:
     """Written once the venv holds the wheelhouse these files hash to (the
-    venv's own file: recreating the venv removes it)."""
+    venv's own file: recreating the venv removes it). Best effort: where it
+    cannot be written (a full disk), hooks hash the wheelhouse as before."""
     tmp = "{}.{}.tmp".format(layout.fingerprint, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(fingerprint)
-    os.replace(tmp, layout.fingerprint)
+    try:
+        with open(tmp, "w") as f:
+            f.write(fingerprint)
+        os.replace(tmp, layout.fingerprint)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def is_installed(layout: Layout, key: str) -> bool:
@@ -528,7 +535,13 @@ def distutils_from_setuptools() -> None:
     setuptools = importlib.util.find_spec("setuptools")
     if setuptools is None or not setuptools.submodule_search_locations:
         return
-    package = os.path.join(list(setuptools.submodule_search_locations)[0], "_distutils")
+    root = list(setuptools.submodule_search_locations)[0]
+    package = os.path.join(root, "_distutils")
+    # what importing setuptools would add: the packages it vendors, which
+    # some of distutils' modules import (distutils.util: jaraco)
+    vendor = os.path.join(root, "_vendor")
+    if os.path.isdir(vendor) and vendor not in sys.path:
+        sys.path.append(vendor)
     spec = importlib.util.spec_from_file_location(
         "distutils", os.path.join(package, "__init__.py"), submodule_search_locations=[package])
     if spec is None or spec.loader is None:
@@ -569,6 +582,10 @@ def _run_in_venv(charm_dir: str, hook_path: str, argv: list[str] | None, module:
         # since setuptools 80.9: keep that out of every hook's output.
         warnings.filterwarnings("ignore", message="pkg_resources is deprecated",
                                 category=UserWarning)
+        # setuptools, if anything imports it after distutils_from_setuptools(),
+        # takes distutils over again, saying so
+        for message in ("Setuptools is replacing distutils", "Distutils was imported before"):
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
         sys.modules.setdefault("pkg_resources", EntryPointsOnly())
         if sys.version_info >= (3, 12):
             distutils_from_setuptools()
