@@ -471,6 +471,10 @@ class ReadyWatch:
         self._thread.join()
         self.ended = time.monotonic() - self._started
 
+    def elapsed(self) -> float:
+        """Seconds since the watch started: the timeline's clock."""
+        return time.monotonic() - self._started
+
     def not_ready_seconds(self, node: str) -> float:
         total, since = 0.0, None
         for at, name, status, _reason in self.changes:

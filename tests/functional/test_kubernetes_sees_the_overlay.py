@@ -8,6 +8,10 @@
   stays True through the refresh).
 - A worker's reboot: Ready again, its pod run again by kubelet on flannel's
   network, the timeline printed.
+- `juju remove-relation kubernetes-worker flannel` kept longer than a pod
+  tolerates its node being not-ready: that pod is evicted and its
+  replacement waits Pending until flannel is back; a pod with Kubernetes'
+  default toleration (300 s) runs on, the same pod.
 - Dual-stack: kube-controller-manager and kube-proxy run with the "v4,v6"
   flannel publishes, kubelet reports both families of every pod, and an
   IPv6 Service answers.
@@ -261,3 +265,109 @@ def test_dual_stack_reaches_kubelet_kube_proxy_and_a_service(cluster):
                  lambda: len({line for line in answers(k8s, "client6")
                               if line.startswith("ok")}) >= 3, timeout=60)
     print(f"web6's ClusterIP {service_ip}: {answers(k8s, 'client6')[:6]}")
+
+
+# How long the "short" pods tolerate their node being not-ready: short enough
+# for a test to outlast. Pods that say nothing get 300 s (the API server's
+# DefaultTolerationSeconds admission), as most pods of a real cluster do.
+SHORT_TOLERATION = 15
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def short_lived(name: str, node: str) -> str:
+    """A Deployment of one pod on `node` that tolerates its node being
+    not-ready for SHORT_TOLERATION s only."""
+    return json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                     "nodeSelector": {"kubernetes.io/hostname": node},
+                     "tolerations": [{"key": NOT_READY_TAINT, "operator": "Exists",
+                                      "effect": "NoExecute",
+                                      "tolerationSeconds": SHORT_TOLERATION}],
+                     "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "busybox", "image": "busybox",
+                                     "imagePullPolicy": "IfNotPresent",
+                                     "command": ["sh", "-c", "sleep 3600"]}]}}}})
+
+
+def pods_of(k8s, app: str) -> list[dict]:
+    return [p for p in k8s.get("pods")["items"] if p["metadata"]["labels"].get("app") == app]
+
+
+def not_ready_toleration(pod: dict) -> int | None:
+    return next((t.get("tolerationSeconds") for t in pod["spec"].get("tolerations", [])
+                 if t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoExecute"), None)
+
+
+def test_a_removal_outlasting_a_pods_toleration_evicts_that_pod_only(cluster):
+    """`juju remove-relation kubernetes-worker flannel` kept longer than a
+    pod tolerates its node being not-ready: the node controller evicts that
+    pod, its Deployment's replacement waits Pending (no worker is Ready),
+    and runs once flannel is back; a pod with Kubernetes' default 300 s
+    keeps running throughout, the same pod. The timeline is printed."""
+    k8s = cluster.kubernetes
+    k8s.kubectl("create", "-f", "-", input=short_lived("short", "m1"))
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("patient", node="m1"))
+    k8s.kubectl("rollout", "status", "deployment/short", "--timeout=120s", timeout=130)
+    k8s.wait_pod_running("patient")
+    [short] = pods_of(k8s, "short")
+    patient = k8s.get("pod", "patient")
+    assert not_ready_toleration(patient) == 300, patient["spec"]["tolerations"]
+
+    def evicted():
+        """The first pod marked for deletion, or gone."""
+        proc = k8s.kubectl("get", "pod", short["metadata"]["name"], "-o", "json", check=False)
+        return proc.returncode != 0 or "deletionTimestamp" in json.loads(proc.stdout)["metadata"]
+
+    def gone() -> bool:
+        return k8s.kubectl("get", "pod", short["metadata"]["name"], check=False).returncode != 0
+
+    def replacement_waits():
+        """The Deployment's new pod, once the scheduler said it cannot place it."""
+        for pod in pods_of(k8s, "short"):
+            if pod["metadata"]["uid"] != short["metadata"]["uid"] and any(
+                    c["type"] == "PodScheduled" and c["status"] == "False"
+                    for c in pod["status"].get("conditions", [])):
+                return pod
+        return None
+
+    with ReadyWatch(k8s) as watch:
+        cluster.remove_cni_relation()
+        k8s.wait_for("m1 NotReady", lambda: k8s.node_ready("m1")[0] == "False", 60)
+        k8s.wait_for(f"{short['metadata']['name']} evicted", evicted, 90, interval=1)
+        evicted_at = watch.elapsed()
+        gone_while_away = gone()
+        waiting = k8s.wait_for("short's replacement unschedulable", replacement_waits, 30)
+        unschedulable = [c for c in waiting["status"].get("conditions", [])
+                         if c["type"] == "PodScheduled"]
+        assert k8s.pod_phase("patient") == "Running"
+        taints_away = [{k: t[k] for k in ("key", "effect")}
+                       for t in k8s.get("node", "m1")["spec"].get("taints", [])]
+        cluster.add_cni_relation()
+        cluster.wait_for_flannel(timeout=120)
+        k8s.wait_nodes_ready(NODES, timeout=60)
+        k8s.wait_pod_running(waiting["metadata"]["name"], timeout=RUNNING_WITHIN)
+        running_at = watch.elapsed()
+        k8s.wait_for(f"{short['metadata']['name']} gone", gone, 60, interval=1)
+    not_ready_from = next(at for at, node, status, _ in watch.changes
+                          if node == "m1" and status != "True")
+    print(f"remove-relation kept {watch.ended:.0f}s; Ready:\n{watch.timeline()}\n"
+          f"short (tolerates {SHORT_TOLERATION}s) evicted {evicted_at - not_ready_from:.1f}s "
+          f"after m1 went NotReady ({'gone' if gone_while_away else 'Terminating'} while "
+          f"flannel was away); its replacement scheduled "
+          f"{unschedulable[0]['status']} ({unschedulable[0].get('message', '')}), "
+          f"Running {running_at:.1f}s after the removal; m1's taints while away: {taints_away}")
+    eviction = [e for e in events_of(k8s, short["metadata"]["name"])
+                if e.get("reason") == "TaintManagerEviction"]
+    assert eviction, events_of(k8s, short["metadata"]["name"])
+    assert "untolerated taint" in unschedulable[0].get("message", ""), unschedulable
+    assert {"key": NOT_READY_TAINT, "effect": "NoExecute"} in taints_away, taints_away
+    # not evicted before its toleration ran out
+    # (the taint follows the NotReady this watch saw by at most one poll)
+    assert evicted_at - not_ready_from >= SHORT_TOLERATION - 1, watch.timeline()
+    after = k8s.get("pod", "patient")
+    assert after["metadata"]["uid"] == patient["metadata"]["uid"]
+    assert after["status"]["phase"] == "Running"
+    k8s.kubectl("delete", "deployment", "short", "--wait=false")
+    k8s.kubectl("delete", "pod", "patient", "--wait=false")
