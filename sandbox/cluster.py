@@ -306,11 +306,7 @@ class Cluster:
             unit = (machine.read_file(UNIT_FILE) or b"").decode()
             exec_start = next((line.split("=", 1)[1] for line in unit.splitlines()
                                if line.startswith("ExecStart=")), None)
-            for pid in machine.pids_of("flanneld"):
-                raw = machine.read_file(f"/proc/{pid}/cmdline") or b""
-                running = [a.decode() for a in raw.split(b"\0") if a]
-                if not running:
-                    continue   # gone meanwhile
+            for running in machine.command_lines("flanneld"):
                 if exec_start is None:
                     problems.append(f"{name}: flanneld runs with no {UNIT_FILE} on disk")
                 elif running != shlex.split(exec_start):

@@ -62,7 +62,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from .machine import Machine
+from .machine import Machine, resident_kib
 from .network import kill_pids, state_root
 from .pod import PodFailed
 from .resource import cache_root, crictl_path, host_arch
@@ -415,15 +415,9 @@ class Containerd:
 
     def memory_kib(self) -> dict[str, int]:
         """Resident memory (VmRSS) of containerd and of its shims, in KiB."""
-        def rss(pid: int) -> int:
-            with contextlib.suppress(OSError):
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-            return 0
-        main = rss(self.process.pid) if self.running else 0
         # the Popen is nsenter, which execs containerd: same pid
-        return {"containerd": main, "shims": sum(rss(p) for p in self.shim_pids())}
+        main = resident_kib([self.process.pid]) if self.running else 0
+        return {"containerd": main, "shims": resident_kib(self.shim_pids())}
 
     def crash(self) -> None:
         """The power goes (Machine.reboot): containerd, its shims and every

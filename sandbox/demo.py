@@ -106,8 +106,8 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
               cluster.default_conflist_link(cp) == CNI_CONF_FILE)
         network = cluster.network_config()["Network"]
         check(f"{cp}: kube-controller-manager runs with --cluster-cidr={network} (flannel's)",
-              any(f"--cluster-cidr={network}" in " ".join(c) for c in _command_lines(
-                  cluster.machines[cp], "kube-controller-manager")))
+              any(f"--cluster-cidr={network}" in " ".join(argv) for argv in
+                  cluster.machines[cp].command_lines("kube-controller-manager")))
         kubectl("get", "nodes", "-o", "wide")
 
         with cluster.timings.phase("kubectl create -f busybox.yaml: Running", say):
@@ -241,14 +241,6 @@ def negative_control(charm_dir: Path, resource: Path, workdir: Path,
         say("$ kubectl describe po busybox-2\n..." + described[described.find("Events:"):]
             .rstrip())
         return event
-
-
-def _command_lines(machine, name: str) -> list[list[str]]:
-    lines = []
-    for pid in machine.pids_of(name):
-        raw = machine.read_file(f"/proc/{pid}/cmdline") or b""
-        lines.append([a.decode() for a in raw.split(b"\0") if a])
-    return lines
 
 
 def main(argv: list[str]) -> int:

@@ -53,7 +53,6 @@ API::
 """
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import shlex
@@ -66,6 +65,7 @@ from pathlib import Path
 from typing import Callable
 
 from sandbox.cri import BUSYBOX_IMAGE, runtime_for
+from sandbox.machine import resident_kib
 from sandbox.pki import Pki, make_cert, make_signing_key
 from sandbox.resource import binary_path, cache_root
 from sandbox.waiting import wait_for
@@ -404,12 +404,7 @@ class Kubernetes:
         """Resident memory of each Kubernetes component on `machine`, MiB."""
         found = {}
         for component in CONTROL_PLANE_COMPONENTS + NODE_COMPONENTS:
-            kib = 0
-            for pid in machine.pids_of(component):
-                with contextlib.suppress(OSError):
-                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                        if line.startswith("VmRSS:"):
-                            kib += int(line.split()[1])
+            kib = resident_kib(machine.pids_of(component))
             if kib:
                 found[component] = kib / 1024
         return found

@@ -182,6 +182,28 @@ def find_systemctl3() -> str:
     raise FileNotFoundError("systemctl3 (PyPI docker-systemctl-replacement) is not installed")
 
 
+def command_line(pid: int) -> list[str]:
+    """The argv of process `pid`; [] once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode() for a in raw.split(b"\0") if a]
+
+
+def resident_kib(pids) -> int:
+    """Resident memory (VmRSS) of the processes `pids`, summed, KiB; a
+    process gone meanwhile counts 0."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+                    break
+    return total
+
+
 class MachineError(RuntimeError):
     pass
 
@@ -640,6 +662,10 @@ class Machine:
                              if line.startswith("PPid:")), 0)
                 found[pid] = ppid
         return [pid for pid, ppid in found.items() if ppid not in found]
+
+    def command_lines(self, name: str) -> list[list[str]]:
+        """The argv of each process in the machine named `name` (pids_of)."""
+        return [argv for argv in map(command_line, self.pids_of(name)) if argv]
 
     def ip_json(self, *args) -> list[dict]:
         out = run(["ip", "-n", self.netns, "-j", *args]).stdout

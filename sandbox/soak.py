@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
+from sandbox.machine import resident_kib
 
 CHARM_DIRS = ("/usr/local/bin", "/opt/cni/bin", "/etc/cni/net.d", "/lib/systemd/system",
               "/etc/ssl/flannel", "/run/flannel", "/var/lib/cni")
@@ -51,18 +52,6 @@ RSS_SLACK = (0.20, 5.0)   # memory counts as flat within 20 % or 5 MiB
 # processes younger than this are left out of procs and rss: systemctl's
 # Restart= supervisor polls the unit with a short-lived child every 0.2 s
 SETTLED = 2.0
-
-
-def _rss_mib(pids) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
 
 
 def _age(pid: int) -> float:
@@ -94,7 +83,7 @@ def machine_counters(machine) -> dict:
     pids = [p for p in machine.pids() if p != machine.holder_pid]
     lasting = [p for p in pids if _age(p) >= SETTLED]
     return {"files": files, "agents": len(agents), "links": len(machine.links()),
-            "procs": len(lasting), "alloc": alloc, "rss": round(_rss_mib(lasting), 1)}
+            "procs": len(lasting), "alloc": alloc, "rss": round(resident_kib(lasting) / 1024, 1)}
 
 
 @dataclass
@@ -123,7 +112,7 @@ def counters(cluster) -> tuple[dict, int, float]:
     from sandbox.cluster import ETCD
     from sandbox.network import netns_pids
     etcd_pids = netns_pids(cluster.network.netns_for(ETCD))
-    return machines, leases, round(_rss_mib(etcd_pids), 1)
+    return machines, leases, round(resident_kib(etcd_pids) / 1024, 1)
 
 
 def line(c: Cycle) -> str:

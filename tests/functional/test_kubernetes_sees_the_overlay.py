@@ -221,8 +221,8 @@ WEB6_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web
 
 
 def command_line(machine, name: str) -> str:
-    [pid] = machine.pids_of(name)
-    return (machine.read_file(f"/proc/{pid}/cmdline") or b"").replace(b"\0", b" ").decode()
+    [argv] = machine.command_lines(name)
+    return " ".join(argv)
 
 
 def test_dual_stack_reaches_kubelet_kube_proxy_and_a_service(cluster):

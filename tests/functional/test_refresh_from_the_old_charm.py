@@ -106,9 +106,7 @@ def v011_rules(cluster, machine):
 
 
 def flanneld_command(cluster, machine):
-    pids = cluster.flanneld_pids(machine)
-    raw = cluster.machines[machine].read_file(f"/proc/{pids[0]}/cmdline") if pids else b""
-    return [a.decode() for a in (raw or b"").split(b"\0") if a]
+    return (cluster.machines[machine].command_lines("flanneld") or [[]])[0]
 
 
 def flannel_leftovers(cluster, machine):

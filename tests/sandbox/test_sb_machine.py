@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from sandbox.machine import Machine
+from sandbox.machine import Machine, resident_kib
 from sandbox.waiting import wait_for
 from sandbox.network import list_netns, process_alive, run, state_root
 
@@ -87,6 +87,10 @@ def test_systemctl_runs_units_inside_the_machine(machines):
     assert m1.systemctl("enable", "sleeper").returncode == 0
     assert m1.systemctl("start", "sleeper").returncode == 0
     (pid,) = sleeps(m1, 1)
+    assert wait_for(lambda: m1.command_lines("sleep") == [["/bin/sleep", "3600"]], 10, 0.05), \
+        m1.command_lines("sleep")
+    assert m2.command_lines("sleep") == []
+    assert resident_kib([pid]) > 0
     # It outlived systemctl, and lives in the machine's namespaces.
     assert os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{m1.netns}").st_ino
     assert os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink(f"/proc/{m1.holder_pid}/ns/mnt")
@@ -98,6 +102,8 @@ def test_systemctl_runs_units_inside_the_machine(machines):
     assert pid2 != pid and not process_alive(pid)
     assert m1.systemctl("stop", "sleeper").returncode == 0
     assert m1.pids_of("sleep") == []
+    # a process gone counts for nothing
+    assert resident_kib([pid, pid2]) == 0
     assert m1.systemctl("is-active", "sleeper").stdout.strip() != "active"
     assert m1.systemctl("disable", "sleeper").returncode == 0
     assert not m1.exists("/etc/systemd/system/multi-user.target.wants/sleeper.service")
