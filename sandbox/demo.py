@@ -27,7 +27,7 @@ from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
 from sandbox.cluster import CONTROL_PLANE_MACHINE, FLANNEL, Cluster, ClusterError
-from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch, kubectl_binary
+from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch, busybox_pod, kubectl_binary
 from sandbox.resource import kubernetes_paths
 
 CNI_CONF_FILE = "10-flannel.conflist"
@@ -44,16 +44,6 @@ def _interrupt_on_sigterm() -> None:
     def raise_interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, raise_interrupt)
-
-
-def pod(name: str, node: str) -> str:
-    """busybox.yaml's pod under another name, on `node`."""
-    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
-                         "containers": [{"name": "busybox", "image": "busybox",
-                                         "imagePullPolicy": "IfNotPresent",
-                                         "command": ["sleep", "3600"]}]}}
-    return json.dumps(manifest)
 
 
 def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) -> bool:
@@ -113,7 +103,7 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
         with cluster.timings.phase("kubectl create -f busybox.yaml: Running", say):
             say(f"busybox.yaml:\n{BUSYBOX_YAML.rstrip()}")
             kubectl("create", "-f", "-", stdin=BUSYBOX_YAML)
-            k8s.kubectl("create", "-f", "-", input=pod("busybox-m2", workers[1]))
+            k8s.kubectl("create", "-f", "-", input=busybox_pod("busybox-m2", workers[1]))
             check("busybox Running", runs("busybox") and runs("busybox-m2"))
             kubectl("get", "po", "-o", "wide")
             check("busybox pings busybox-m2 across flannel's vxlan (kubectl exec)",
@@ -136,7 +126,7 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
                 check(f"{cp}: flanneld carried on", cluster.flanneld_pids(cp) == cp_flanneld)
             say(cluster.status_table())
             with cluster.timings.phase("a pod created while flannel is away", say):
-                kubectl("create", "-f", "-", stdin=pod("made-while-away", workers[0]))
+                kubectl("create", "-f", "-", stdin=busybox_pod("made-while-away", workers[0]))
                 k8s.wait_for("kubelet's word on made-while-away", lambda: k8s.kubectl(
                     "get", "events", "--field-selector",
                     "involvedObject.name=made-while-away", "-o", "name").stdout.strip(), 60)
@@ -161,7 +151,7 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
                       runs("made-while-away")
                       and k8s.get("pod", "made-while-away")["metadata"]["uid"] == uid)
             with cluster.timings.phase("new pods after the re-add", say):
-                kubectl("create", "-f", "-", stdin=pod("busybox-new", workers[1]))
+                kubectl("create", "-f", "-", stdin=busybox_pod("busybox-new", workers[1]))
                 check("a new pod Running", runs("busybox-new"))
                 kubectl("get", "po", "-o", "wide")
                 check("made-while-away pings busybox-new",
@@ -222,7 +212,7 @@ def negative_control(charm_dir: Path, resource: Path, workdir: Path,
             cluster.add_cni_relation()
             cluster.wait_for_flannel(timeout=120)
         say(cluster.status_table())
-        k8s.kubectl("create", "-f", "-", input=pod("busybox-2", "m1"))
+        k8s.kubectl("create", "-f", "-", input=busybox_pod("busybox-2", "m1"))
 
         def the_event() -> str | None:
             out = k8s.kubectl("get", "events", "--field-selector",

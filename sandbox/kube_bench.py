@@ -26,18 +26,9 @@ from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
 from sandbox.cluster import Cluster
-from sandbox.kubernetes import ReadyWatch
+from sandbox.kubernetes import ReadyWatch, busybox_pod
 
 PLAIN_CONFLIST = "/etc/cni/net.d/05-plain-bridge.conflist"
-
-
-def _pod(name: str, node: str) -> str:
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "busybox", "image": "busybox",
-                                 "imagePullPolicy": "IfNotPresent",
-                                 "command": ["sleep", "3600"]}]}})
 
 
 def create_to_running(k8s, names_nodes: list[tuple[str, str]]) -> list[float]:
@@ -45,7 +36,7 @@ def create_to_running(k8s, names_nodes: list[tuple[str, str]]) -> list[float]:
     took = []
     for name, node in names_nodes:
         started = time.monotonic()
-        k8s.kubectl("create", "-f", "-", input=_pod(name, node))
+        k8s.kubectl("create", "-f", "-", input=busybox_pod(name, node, grace_seconds=0))
         k8s.kubectl("wait", "--for=jsonpath={.status.phase}=Running", f"pod/{name}",
                     "--timeout=120s", timeout=130)
         took.append(time.monotonic() - started)

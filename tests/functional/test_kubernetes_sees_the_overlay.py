@@ -33,7 +33,7 @@ import time
 import pytest
 from functional_kit import assert_hooks_run_with_the_base_python, deploy_and_wait
 
-from sandbox.kubernetes import ReadyWatch
+from sandbox.kubernetes import ReadyWatch, busybox_pod
 
 pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
               pytest.mark.xdist_group("kubernetes")]
@@ -61,17 +61,8 @@ def test_hooks_run_with_the_python3_of_the_base_the_machines_claim(cluster):
     assert_hooks_run_with_the_base_python(cluster)
 
 
-def pod_manifest(name: str, node: str = "", command: str = "sleep 3600",
-                 labels: dict | None = None) -> str:
-    spec = {"containers": [{"name": "busybox", "image": "busybox",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["sh", "-c", command]}],
-            "terminationGracePeriodSeconds": 1}
-    if node:
-        spec["nodeName"] = node
-    return json.dumps({"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": name, "labels": labels or {"app": name}},
-                       "spec": spec})
+def pod_manifest(name: str, node: str = "", command: str = "sleep 3600") -> str:
+    return busybox_pod(name, node, command=("sh", "-c", command))
 
 
 def kubectl_get_po(k8s, *names: str) -> str:
