@@ -34,6 +34,7 @@ pins or replaces what it needs.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -42,6 +43,7 @@ import platform
 import shutil
 import struct
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +189,46 @@ def log(progress, text: str) -> None:
         progress(text)
 
 
+#: Seconds between two of a long build's "still ..." lines.
+HEARTBEAT_SECONDS = 30.0
+
+
+def _tree_mib(path: Path) -> float:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total / (1 << 20)
+
+
+@contextlib.contextmanager
+def heartbeat(progress, what: str, every: float = HEARTBEAT_SECONDS):
+    """While the block runs, say every `every` s that `what` is still going
+    on, for how long, and how big Go's module and build caches have grown: a
+    cold Kubernetes build is minutes of `go` printing nothing."""
+    if not progress:
+        yield
+        return
+    done = threading.Event()
+    start = time.monotonic()
+    go = cache_root() / "go"
+
+    def beat() -> None:
+        while not done.wait(every):
+            minutes, seconds = divmod(int(time.monotonic() - start), 60)
+            log(progress, f"   ... {what}: {minutes}m{seconds:02d}s so far; Go's module cache "
+                          f"{_tree_mib(go / 'mod'):.0f} MiB, build cache "
+                          f"{_tree_mib(go / 'build'):.0f} MiB")
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    try:
+        yield
+    finally:
+        done.set()
+        beating.join()
+
+
 def cached(binary: GoBinary, arch: str) -> bool:
     built = _built_path(binary, arch)
     stamp_file = _install_dir(binary, arch) / "stamp.json"
@@ -209,7 +251,13 @@ def build(binary: GoBinary, arch: str = "amd64", progress=None) -> Path:
         return built
     gopath.mkdir(parents=True, exist_ok=True)
     with open(gopath.parent / f".{gopath.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(progress, f"waiting  {name} {binary.version} ({arch}): another process is "
+                          "building it (scripts/setup-host's background build, say)")
+            with heartbeat(progress, f"waiting for {name}"):
+                fcntl.flock(lock, fcntl.LOCK_EX)
         if cached(binary, arch):
             log(progress, f"cached   {name} {binary.version} ({arch}): {built}")
             return built
@@ -243,17 +291,18 @@ def _go_install(binary: GoBinary, arch: str, progress) -> Path:
     start = time.monotonic()
     gopath.mkdir(parents=True, exist_ok=True)
     stamp_file.unlink(missing_ok=True)
-    if binary.gopath_sources:
-        proc = _gopath_build(binary, arch, env, built)
-    elif binary.module_dir:
-        proc = _wrapper_build(binary, arch, env, built)
-    else:
-        cmd = ["go", "install", "-trimpath", f"-ldflags={binary.link_ldflags(arch)}"]
-        if binary.tags(arch):
-            cmd.append(f"-tags={','.join(binary.tags(arch))}")
-        cmd.append(f"{binary.package}@{binary.version}")
-        proc = subprocess.run(cmd, env=env, cwd=str(gopath), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    with heartbeat(progress, f"building {name}"):
+        if binary.gopath_sources:
+            proc = _gopath_build(binary, arch, env, built)
+        elif binary.module_dir:
+            proc = _wrapper_build(binary, arch, env, built)
+        else:
+            cmd = ["go", "install", "-trimpath", f"-ldflags={binary.link_ldflags(arch)}"]
+            if binary.tags(arch):
+                cmd.append(f"-tags={','.join(binary.tags(arch))}")
+            cmd.append(f"{binary.package}@{binary.version}")
+            proc = subprocess.run(cmd, env=env, cwd=str(gopath), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
     how = ("a GOPATH build of" if binary.gopath_sources
            else "a wrapper module build of" if binary.module_dir else "go install")
     if proc.returncode != 0 or not built.is_file():

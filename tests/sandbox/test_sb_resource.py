@@ -3,12 +3,15 @@ sandbox's tools, built with `go install` into the cache (release/go_build.py).""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import struct
 import subprocess
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -182,3 +185,56 @@ def test_the_bug_reports_flanneld_is_v0_11_0_built_from_the_proxy(sandbox_host):
     # the kube subnet manager is compiled out, not its flags: main.go is v0.11.0's
     usage = subprocess.run([path, "-help"], capture_output=True, text=True, timeout=60)
     assert "-kube-subnet-mgr" in usage.stderr and "-ip-masq" in usage.stderr
+
+
+def test_a_long_build_says_it_is_still_going_and_stops_saying_so_when_done(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("FLANNEL_CACHE", str(tmp_path))
+    (tmp_path / "go" / "build").mkdir(parents=True)
+    (tmp_path / "go" / "build" / "object").write_bytes(b"x" * (3 << 20))
+    said = []
+    with go_build.heartbeat(said.append, "building kube-apiserver", every=0.05):
+        deadline = time.monotonic() + 10
+        while len(said) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    count = len(said)
+    time.sleep(0.2)
+    assert count >= 2 and len(said) == count, said   # nothing once the block is done
+    assert said[0].startswith("   ... building kube-apiserver: 0m00s so far;"), said
+    assert "build cache 3 MiB" in said[0], said
+    quiet = []
+    with go_build.heartbeat(None, "building nothing", every=0.01):
+        time.sleep(0.05)
+    assert quiet == []
+
+
+@pytest.mark.gobuild
+def test_a_build_waiting_for_another_says_what_it_waits_for(sandbox_host, tmp_path,
+                                                            monkeypatch):
+    """scripts/setup-host's background build holds a binary's lock while the
+    demo wants the binary: the demo says it waits, and for what, then finds
+    it cached."""
+    cnitool = resource.BINARIES["cnitool"]
+    arch = resource.host_arch()
+    real = go_build._install_dir(cnitool, arch)
+    resource.cnitool_path()
+    monkeypatch.setenv("FLANNEL_CACHE", str(tmp_path))
+    copy = go_build._install_dir(cnitool, arch)
+    shutil.copytree(real, copy)
+    stamp = (copy / "stamp.json").read_text()
+    (copy / "stamp.json").unlink()          # not cached: "another build" is under way
+    said = []
+    with open(copy.parent / f".{copy.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=lambda: said.append(
+            go_build.build(cnitool, arch, said.append)))
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (copy / "stamp.json").write_text(stamp)   # the other build is done
+    waiting.join(30)
+    assert said[0].startswith(f"waiting  cnitool {cnitool.version} ({arch}): another process "
+                              "is building it"), said
+    assert said[1].startswith("cached   cnitool"), said
+    assert said[-1] == go_build._built_path(cnitool, arch), said
