@@ -42,12 +42,15 @@ TIME_LIMITS = {"unit": 120, "handlers": 120, "packaging": 900, "sandbox_juju": 3
 KEEP_GOING_ENV = "FLANNEL_TEST_KEEP_GOING"
 # The functional modules that take longest on one worker (a module that
 # shares a cluster is one xdist group, run whole by one worker), handed out
-# first: pytest-xdist gives out work in collection order, and the longest
-# given last set the tier's end while the other workers idled (longest
-# first, by the session summary's timings of the everyday profile).
-LONGEST_FIRST = ("test_back_after_a_day_away.py", "test_two_machines_everyday_operations.py",
-                 "test_refresh_from_the_old_charm.py", "test_kubernetes_sees_the_overlay.py",
-                 "test_dual_stack.py", "test_the_charmcraft_packed_charm.py")
+# first: pytest-xdist gives out work in collection order (scripts/test
+# passes --no-loadscope-reorder, or it would sort groups by their number of
+# tests), and the longest given last set the tier's end while the other
+# workers idled (longest first, by the session summary's timings of the
+# everyday profile).
+LONGEST_FIRST = ("test_back_after_a_day_away.py", "test_kubernetes_sees_the_overlay.py",
+                 "test_two_machines_everyday_operations.py", "test_refresh_from_the_old_charm.py",
+                 "test_the_charmcraft_packed_charm.py", "test_dual_stack.py",
+                 "test_removal_leaves_a_clean_node.py")
 
 
 def tier_of(item) -> str:
