@@ -107,17 +107,17 @@ BUSYBOX_REFERENCE = "docker.io/library/busybox:latest"
 
 
 def busybox_pod(name: str, node: str = "", command=("sleep", "3600"),
-                labels: dict | None = None, grace_seconds: int = 1) -> str:
+                grace_seconds: int = 1) -> str:
     """busybox.yaml's pod as JSON for `kubectl create -f -`, under another
     name, on `node` (nodeName: no scheduler) where given, running `command`,
-    labelled app=<name> unless `labels` says otherwise."""
+    labelled app=<name>."""
     spec = {"containers": [{"name": "busybox", "image": "busybox",
                             "imagePullPolicy": "IfNotPresent", "command": list(command)}],
             "terminationGracePeriodSeconds": grace_seconds}
     if node:
         spec["nodeName"] = node
     return json.dumps({"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": name, "labels": labels or {"app": name}},
+                       "metadata": {"name": name, "labels": {"app": name}},
                        "spec": spec})
 
 
@@ -479,7 +479,7 @@ class ReadyWatch:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.ended = time.monotonic() - self._started
+        self.ended = self.elapsed()
 
     def elapsed(self) -> float:
         """Seconds since the watch started: the timeline's clock."""
