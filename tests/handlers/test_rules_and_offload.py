@@ -134,6 +134,29 @@ def test_turning_the_option_off_puts_offload_back_on_the_devices_the_charm_chang
     assert unit.machine.tx_checksum["flannel.1"] is False
 
 
+def test_turning_the_option_off_puts_offload_back_on_devices_the_udev_rule_turned_off(unit):
+    """On a real machine flanneld makes flannel.1 a moment after the hook
+    that starts it, and the charm's udev rule turns offload off as it
+    appears: no hook ever finds it on. Played here by a flanneld whose
+    device comes up with offload already off."""
+    def flanneld_under_udev():
+        flanneld_writes_its_rules(unit)()
+        unit.machine.tx_checksum["flannel.1"] = False   # the charm's udev rule, at once
+    unit.machine.iptables["iptables"] = f"*nat\n:POSTROUTING ACCEPT [0:0]\n{OPERATORS_RULE}\n" \
+                                        "COMMIT\n"
+    deployed(unit, flanneld_also=flanneld_under_udev)
+    unit.hook("update-status")
+    assert unit.paths.offload_udev_rule.exists()
+    assert unit.machine.tx_checksum["flannel.1"] is False
+    configure(unit, disable_vxlan_tx_checksumming=False)
+    assert not unit.paths.offload_udev_rule.exists()
+    assert unit.machine.tx_checksum["flannel.1"] is True
+    assert unit.machine.started() == 1
+    unit.machine.tx_checksum["flannel.1"] = False   # the operator's own choice now
+    unit.hook("update-status")
+    assert unit.machine.tx_checksum["flannel.1"] is False
+
+
 def test_without_ethtool_the_unit_is_blocked_naming_it_until_it_is_installed(unit):
     unit.machine.missing.add("ethtool")
     deployed_with_rules(unit)

@@ -8,7 +8,8 @@ device is deleted and after a reboot, always with offload on: a udev rule
 of the charm's turns it off as the device appears (where udev runs), and
 every hook (update-status at the latest) looks again. Turning the option
 off removes the rule and puts offload back on the devices the charm turned
-it off on, and on those only.
+it off on, and on those only: every flanneld vxlan device a hook saw while
+the option was on (found on and turned off, or found off: the rule's work).
 """
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
                 if vxlan.tx_checksum_offload(ctx.machine, device):
                     vxlan.set_tx_checksum_offload(ctx.machine, device, on=False)
                     out.say(f"Turned transmit checksum offload off on {device}")
-                    turned.add(device)
+                # found off, it is the charm's doing too: its udev rule turns
+                # offload off as flanneld makes the device, before any hook looks
+                turned.add(device)
         else:
             for device in sorted(turned):
                 if (ctx.paths.sys_class_net / device).exists() and \

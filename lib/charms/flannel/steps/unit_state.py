@@ -113,8 +113,9 @@ class UnitState:
         "allocation table is named after it.")
     tx_checksum_turned_off = _Key(
         "flannel.tx-checksum-turned-off",
-        "flanneld's vxlan devices on which the charm turned transmit checksum offload off: "
-        "turning disable-vxlan-tx-checksumming off turns it back on on these only.")
+        "flanneld's vxlan devices on which the charm turned transmit checksum offload off "
+        "(in a hook, or by its udev rule as flanneld made them): turning "
+        "disable-vxlan-tx-checksumming off turns it back on on these only.")
     offload_udev_rule_inputs = _Key(
         "flannel.offload-udev-rule-inputs",
         "Digest of what the checksum offload udev rule was last rendered from.")
