@@ -18,6 +18,7 @@ from charms.flannel.steps import etcd_look
 from charms.flannel.steps.context import EtcdRelation
 from charms.flannel.steps.etcd_look import EtcdHealth, look, own_lease
 from charms.flannel.steps.flags import NETWORK_CONFIGURED, SERVICE_RUNNING
+from sandbox.etcd import EtcdServer
 
 NETWORK = {"Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan"}}
 SUBNET_ENV = ("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.52.1/24\n"
@@ -76,7 +77,8 @@ def test_a_node_etcd_knows_is_healthy(etcd, pki, flannels_prefix, netns_machine,
     put_lease(etcd, "10.1.52.0/24")
     ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
     seen = look(ctx, etcd.connection_string)
-    assert seen == EtcdHealth(answered=etcd.endpoint, leases=seen.leases)
+    # (a lease of no address: no unit can be named its holder)
+    assert seen == EtcdHealth(answered=etcd.endpoint, leases=seen.leases, unnamed=True)
     assert seen.leases.subnets == ("10.1.52.0/24",)
     # the list is remembered: the next look reads only its fingerprint
     etcd_look.run(ctx, flanneld_started=True)
@@ -86,8 +88,8 @@ def test_a_node_etcd_knows_is_healthy(etcd, pki, flannels_prefix, netns_machine,
 def test_a_unit_names_itself_beside_its_lease_once(etcd, pki, flannels_prefix, netns_machine,
                                                    tmp_path):
     """list-leases' "unit": written by the look that finds the lease, not
-    again while it holds; gone from the unit's memory with an etcd rebuilt
-    empty, so that the next look names it again."""
+    again while it holds; not written while the lease is lost (flanneld
+    leases again first)."""
     put(etcd, "config", NETWORK)
     client = etcd_client(etcd)
     client.put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.11"}))
@@ -107,7 +109,7 @@ def test_a_unit_names_itself_beside_its_lease_once(etcd, pki, flannels_prefix, n
         assert ("10.1.52.0/24", "172.31.254.99") not in store.unit_names()
     client.delete_prefix(f"{DEFAULT_PREFIX}/")
     etcd_look.run(ctx, flanneld_started=True)
-    assert ctx.state.registered_lease is None
+    assert client.get(f"{DEFAULT_PREFIX}/units/flannel-0") == []
 
 
 def test_an_etcd_rebuilt_empty_asks_for_the_config_and_the_lease_again(etcd, pki,
@@ -204,3 +206,70 @@ def test_another_nodes_lease_without_a_route_here_restarts_flanneld(
     later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
     assert look(later, etcd.connection_string).unrouted == ()
     assert etcd_look.run(later, flanneld_started=True).clear_flags == []
+
+
+# --- the unit's name beside its lease, whatever took it away -----------------------------
+
+def named(etcd) -> dict | None:
+    found = etcd_client(etcd).get(f"{DEFAULT_PREFIX}/units/flannel-0")
+    return json.loads(found[0]) if found else None
+
+
+def registered_unit(etcd, pki, netns_machine, tmp_path, public_ip="172.31.254.11"):
+    put(etcd, "config", NETWORK)
+    etcd_client(etcd).put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": public_ip}))
+    ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
+    etcd_look.run(ctx, flanneld_started=True)
+    assert named(etcd) == {"unit": "flannel/0", "lease": "10.1.52.0/24", "public-ip": public_ip}
+    return ctx
+
+
+def test_a_rebuild_a_peer_noticed_first_gets_the_unit_named_again(etcd, pki, flannels_prefix,
+                                                                  netns_machine, tmp_path):
+    """etcd rebuilt empty, a peer's update-status wrote the network back and
+    this node's flanneld leased its subnet again before this unit looked:
+    this unit never sees the config missing, and its name must return."""
+    ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
+    etcd_client(etcd).delete_prefix(f"{DEFAULT_PREFIX}/")
+    put(etcd, "config", NETWORK)   # the peer
+    etcd_client(etcd).put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.11"}))
+    later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
+    etcd_look.run(later, flanneld_started=True)
+    assert named(etcd) == {"unit": "flannel/0", "lease": "10.1.52.0/24",
+                           "public-ip": "172.31.254.11"}
+
+
+def test_a_new_address_keeping_the_subnet_is_named_anew(etcd, pki, flannels_prefix,
+                                                        netns_machine, tmp_path):
+    """A public-IP change keeps the subnet (flanneld leases it again under
+    the new address): list-leases matches a name by subnet and address."""
+    ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
+    etcd_client(etcd).put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.21"}))
+    later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
+    etcd_look.run(later, flanneld_started=True)
+    assert named(etcd)["public-ip"] == "172.31.254.21"
+    with later.etcd_store(etcd.connection_string) as store:
+        assert store.unit_names() == {("10.1.52.0/24", "172.31.254.21"): "flannel/0"}
+
+
+def test_the_etcd_relation_moved_to_another_etcd_gets_the_unit_named_there(
+        etcd, pki, flannels_prefix, netns_machine, tmp_path):
+    ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
+    with EtcdServer(tmp_path / "other-etcd", pki, host="127.0.0.1") as other:
+        put(other, "config", NETWORK)
+        etcd_client(other).put(lease_key("10.1.52.0/24"),
+                               json.dumps({"PublicIP": "172.31.254.11"}))
+        moved = unit(tmp_path, other, pki, machine=netns_machine, state=ctx.state.kv)
+        etcd_look.run(moved, flanneld_started=True)
+        assert named(other) == {"unit": "flannel/0", "lease": "10.1.52.0/24",
+                                "public-ip": "172.31.254.11"}
+
+
+def test_a_name_that_holds_is_not_written_again(etcd, pki, flannels_prefix, netns_machine,
+                                                tmp_path):
+    ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
+    for _ in range(2):
+        later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
+        etcd_look.run(later, flanneld_started=True)
+    [(_, meta)] = etcd_client(etcd).get(f"{DEFAULT_PREFIX}/units/flannel-0", metadata=True)
+    assert int(meta["version"]) == 1

@@ -25,7 +25,7 @@ from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
 from ..facts.etcd_keys import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, Lease,
                                describe_text, json_object, ordered, parse_endpoints, unit_key,
-                               units_key)
+                               unit_record, units_key)
 from ..facts.netconfig import NetworkConfig, NotANetworkConfig
 from ..facts.v2_network import V2Network, parse_v2_tree
 
@@ -154,8 +154,7 @@ class NetworkStore:
         held = [lease for lease in self.leases() if lease.subnet == subnet and lease.public_ip]
         if not held:
             return False
-        value = json.dumps({"unit": unit, "lease": lease_name, "public-ip": held[0].public_ip},
-                           sort_keys=True)
+        value = json.dumps(unit_record(unit, lease_name, held[0].public_ip), sort_keys=True)
         self._call(lambda client: client.put(unit_key(unit, self.prefix), value))
         return True
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from ..facts.etcd_keys import (API, DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable,
                                config_key, describe_text, json_object, lease_key,
-                               lease_subnets, ordered, subnets_key)
+                               lease_subnets, ordered, subnets_key, unit_key)
 
 
 def _subnets(keys: list) -> tuple:
@@ -66,6 +66,9 @@ class EtcdView:
     # with lease_of: every lease (the caller's list itself when it still holds)
     leases: Optional[LeaseList] = None
     keys_read: int = 0                # keys etcd returned for this look
+    lease_public_ip: Optional[str] = None   # the asked lease's PublicIP
+    # with unit: what <prefix>/units/<unit> holds (None: nothing, or not JSON)
+    unit_record: Optional[dict[str, Any]] = None
 
     @property
     def subnets(self) -> tuple[str, ...]:
@@ -75,9 +78,10 @@ class EtcdView:
 def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, *,
          prefix: str = DEFAULT_PREFIX, lease_of: Optional[str] = None,
          preferred: Optional[str] = None, known: Optional[LeaseList] = None,
-         timeout: float = 3.0) -> EtcdView:
+         unit: Optional[str] = None, timeout: float = 3.0) -> EtcdView:
     """Read the network config (and with lease_of, "10.1.52.0/24", whether
-    that lease exists, and every lease: `known` if its fingerprint holds)
+    that lease exists and its address, every lease: `known` if its
+    fingerprint holds, and with `unit` what names that unit its holder)
     from the first endpoint that answers, trying `preferred` first. Raises
     EtcdUnavailable, naming every endpoint tried."""
     try:
@@ -93,20 +97,25 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
                                                  timeout=timeout, context=context)
         try:
             values, _ = _range(connection, config_key(prefix))
-            lease = leases = None
+            lease = leases = public_ip = record = None
             read = len(values)
             if lease_of:
                 mine, _ = _range(connection, lease_key(lease_of, prefix))
                 lease = bool(mine)
+                public_ip = (json_object(mine[0]) or {}).get("PublicIP") if mine else None
                 leases, listed = _lease_list(connection, subnets_key(prefix), known)
                 read += len(mine) + listed
+                if unit and lease:
+                    named, _ = _range(connection, unit_key(unit, prefix))
+                    record = json_object(named[0]) if named else None
+                    read += len(named)
         except (OSError, http.client.HTTPException, ValueError) as error:
             failures.append(f"{endpoint} ({describe(error, timeout)})")
             continue
         finally:
             connection.close()
         return EtcdView(json_object(values[0]) if values else None, lease, endpoint, leases,
-                        read)
+                        read, public_ip if isinstance(public_ip, str) else None, record)
     raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
 
 

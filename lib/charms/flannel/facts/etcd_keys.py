@@ -122,6 +122,12 @@ def unit_key(unit: str, prefix: str = DEFAULT_PREFIX) -> str:
     return units_key(prefix) + unit.replace("/", "-")
 
 
+def unit_record(unit: str, lease_name: str, public_ip: str) -> dict[str, str]:
+    """What <prefix>/units/<unit> holds: the unit, its lease ("10.1.52.0/24",
+    dual-stack "...&fd10:1:0:5::/64") and the node address the lease has."""
+    return {"unit": unit, "lease": lease_name, "public-ip": public_ip}
+
+
 def config_key(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix.rstrip('/')}/config"
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..adapters import etcd_probe, journal
-from ..facts.etcd_keys import EtcdUnavailable, parse_endpoints
+from ..facts.etcd_keys import EtcdUnavailable, parse_endpoints, unit_record
 from ..facts.flanneld import JOURNAL_TAIL, has_compaction_loop, stuck_on_compaction
 from ..facts.host_network import unrouted_subnets
 from ..facts.paths import SERVICE_NAME
@@ -49,6 +49,9 @@ class EtcdHealth:
     lost_lease: Optional[str] = None  # this node's lease ("10.1.52.0/24") gone from etcd
     unrouted: tuple = ()              # other nodes' subnets this node has no route to
     leases: Optional[etcd_probe.LeaseList] = None   # every lease, as last listed
+    # this node's lease is there, and no key names this unit its holder as
+    # it is (etcd rebuilt, the address changed, another etcd)
+    unnamed: bool = False
 
 
 def own_lease(ctx: HookContext) -> Optional[str]:
@@ -72,15 +75,17 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
         view = etcd_probe.look(parse_endpoints(connection_string), str(files.ca_file),
                                str(files.cert_file), str(files.key_file), lease_of=lease_of,
                                preferred=ctx.state.etcd_answered, known=known,
-                               timeout=timeout)
+                               unit=ctx.juju.unit, timeout=timeout)
     except EtcdUnavailable as unavailable:
         return EtcdHealth(problem=unavailable.reason)
     unrouted = ()
     if view.lease and view.subnets:   # flanneld runs on its lease: does it route the others?
         unrouted = unrouted_subnets(view.subnets, lease_of.partition("&")[0], ctx.routes(4))
+    unnamed = bool(view.lease) and view.unit_record != unit_record(
+        ctx.juju.unit, lease_of, view.lease_public_ip or "")
     return EtcdHealth(answered=view.endpoint, config_missing=view.config is None,
                       lost_lease=lease_of if view.lease is False else None, unrouted=unrouted,
-                      leases=view.leases)
+                      leases=view.leases, unnamed=unnamed)
 
 
 def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
@@ -122,16 +127,12 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
 
 def register(ctx: HookContext, connection_string: str, seen: EtcdHealth, out: Outcome) -> None:
     """Name this unit in etcd as the holder of its lease (list-leases and
-    check-network say which unit holds a lease), once per lease, and again
-    after an etcd rebuilt empty lost it. (A lease lost alone keeps the
-    name: flanneld leases the same subnet again.)"""
-    if seen.config_missing:
-        ctx.state.registered_lease = None
-        return
-    if seen.lost_lease:
-        return
+    check-network say which unit holds a lease) wherever the look found no
+    such name as it should be: a new lease, a new address, an etcd rebuilt
+    (whichever unit noticed it first) or another etcd. The name is read at
+    every look, in the same connection: no memory of it can go stale."""
     lease_of = own_lease(ctx)
-    if lease_of is None or ctx.state.registered_lease == lease_of:
+    if not seen.unnamed or lease_of is None:
         return
     try:
         with ctx.etcd_store(connection_string, timeout=3.0) as store:
@@ -140,6 +141,7 @@ def register(ctx: HookContext, connection_string: str, seen: EtcdHealth, out: Ou
         out.say(f"Could not name this unit beside its lease in etcd: {error.reason}")
         return
     if registered:
+        out.say(f"Named {ctx.juju.unit} the holder of {lease_of} in etcd")
         ctx.state.registered_lease = lease_of
 
 

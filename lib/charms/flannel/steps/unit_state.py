@@ -81,7 +81,7 @@ class UnitState:
     registered_lease = _Key(
         "flannel.registered-lease",
         "The lease this unit last named itself the holder of in etcd (<prefix>/units/): "
-        "written again only when it changes, deleted on stop.")
+        "the stop hook deletes the name only if this unit wrote one.")
     flanneld_version = _Key(
         "flannel.flanneld-version",
         "The version the installed flanneld says it is (`flanneld -version`): whether it "
