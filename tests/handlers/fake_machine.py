@@ -25,7 +25,8 @@ class Link:
     name: str
     kind: str = "veth"               # linkinfo.info_kind ("" for a plain device)
     mtu: int = 1500
-    addresses: list = field(default_factory=list)   # "10.1.52.1/24", "fd10::1/64"
+    # "10.1.52.1/24", "fd10::1/64", "169.254.7.9/16 scope link"
+    addresses: list = field(default_factory=list)
     master: Optional[str] = None
     up: bool = True
     loopback: bool = False
@@ -43,14 +44,19 @@ class Link:
         return entry
 
     def with_addresses(self) -> dict:
+        """`ip -j addr show` of the link: an address written "... scope link"
+        has that scope, and an IPv4 one of scope link is listed before the
+        others, as the kernel lists it."""
         entry = self.shown()
         entry["addr_info"] = []
-        for text in self.addresses:
-            address = ipaddress.ip_interface(text)
+        for text in sorted(self.addresses, key=lambda text: not text.endswith(" scope link")):
+            address = ipaddress.ip_interface(text.split()[0])
+            scope = "link" if text.endswith(" scope link") else \
+                "host" if address.ip.is_loopback else "global"
             entry["addr_info"].append({
                 "family": "inet" if address.version == 4 else "inet6",
                 "local": str(address.ip), "prefixlen": address.network.prefixlen,
-                "scope": "host" if address.ip.is_loopback else "global"})
+                "scope": scope})
         return entry
 
 
@@ -143,9 +149,10 @@ class FakeMachine(Machine):
         if words[:2] == ["addr", "del"]:
             link = self._link(words[words.index("dev") + 1])
             wanted = str(ipaddress.ip_interface(words[2]))
-            if wanted not in map(str, map(ipaddress.ip_interface, link.addresses)):
+            held = {a: str(ipaddress.ip_interface(a.split()[0])) for a in link.addresses}
+            if wanted not in held.values():
                 raise _Refused(2, "RTNETLINK answers: Cannot assign requested address")
-            link.addresses = [a for a in link.addresses if str(ipaddress.ip_interface(a)) != wanted]
+            link.addresses = [a for a in link.addresses if held[a] != wanted]
             return ""
         if words[:2] == ["link", "delete"]:
             self._link(words[2])

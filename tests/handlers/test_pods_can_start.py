@@ -15,13 +15,38 @@ def test_flannel_s_old_gateway_leaves_cni0_and_the_unit_is_active(unit):
 
 
 def test_an_address_on_cni0_that_is_not_flannel_s_blocks_and_stays(unit):
-    unit.machine.bridge("10.1.48.1/24", "192.168.9.1/24", ports=1)
+    """(Listed before the gateway: the bridge plugin stops at the first.)"""
+    unit.machine.bridge("192.168.9.1/24", "10.1.48.1/24", ports=1)
     deployed(unit, subnet="10.1.48.1/24")
-    assert unit.machine.links["cni0"].addresses == ["10.1.48.1/24", "192.168.9.1/24"]
+    assert unit.machine.links["cni0"].addresses == ["192.168.9.1/24", "10.1.48.1/24"]
     assert unit.status == ("blocked", "cni0 holds 192.168.9.1/24, which is not flannel's: the "
                                       "bridge plugin refuses every new pod until it goes "
                                       "(ip addr del 192.168.9.1/24 dev cni0)")
     unit.machine.links["cni0"].addresses.remove("192.168.9.1/24")
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.48.1/24")
+
+
+def test_an_address_after_the_gateway_stops_no_pod_and_the_unit_is_active(unit):
+    """The bridge plugin reads cni0's addresses in order and is done at the
+    gateway: an address listed after it stops nothing (containernetworking
+    plugins v1.1.1 and v1.9.1 both start the pod)."""
+    unit.machine.bridge("10.1.48.1/24", "192.168.9.1/24", ports=1)
+    deployed(unit, subnet="10.1.48.1/24")
+    assert unit.status == ("active", "Flannel subnet 10.1.48.1/24")
+
+
+def test_an_ipv4_link_local_address_on_cni0_blocks_naming_it(unit):
+    """169.254.x.y as avahi-autoipd or systemd-networkd add it (scope link):
+    the kernel lists it before the gateway, and the bridge plugin refuses
+    every new pod. It is not flannel's to take off."""
+    unit.machine.bridge("10.1.48.1/24", "169.254.7.9/16 scope link", ports=1)
+    deployed(unit, subnet="10.1.48.1/24")
+    assert unit.status == ("blocked", "cni0 holds 169.254.7.9/16, which is not flannel's: the "
+                                      "bridge plugin refuses every new pod until it goes "
+                                      "(ip addr del 169.254.7.9/16 dev cni0)")
+    assert "169.254.7.9/16 scope link" in unit.machine.links["cni0"].addresses
+    unit.machine.links["cni0"].addresses.remove("169.254.7.9/16 scope link")
     unit.hook("update-status")
     assert unit.status == ("active", "Flannel subnet 10.1.48.1/24")
 

@@ -16,6 +16,7 @@ import pytest
 from conftest import open_netns
 
 from charms.flannel.adapters import node_files, pod_bridge
+from charms.flannel.adapters.machine import Machine
 from charms.flannel.adapters.pod_bridge import Bridge, FlannelsMarks
 
 BRIDGE_PLUGIN = Path("/usr/lib/cni/bridge")
@@ -87,24 +88,42 @@ def test_blocks_is_the_bridge_plugin_s_rule(address, gateway, refused):
     assert pod_bridge.blocks(addr(address), addr(gateway)) is refused
 
 
-def test_blocks_agrees_with_the_real_bridge_plugin(tmp_path):
+@pytest.mark.parametrize("held, subnet", [
+    (["10.1.29.1/24"], "10.1.48.0/24"),
+    (["192.168.9.1/24"], "10.1.48.0/24"),
+    (["fd10:1:0:5::1/64"], "fd10:1:0:9::/64"),
+    (["fd10:1::1/56"], "fd10:1:0:9::/64"),
+    # the plugin reads the bridge's addresses in order and stops at the gateway
+    (["10.1.48.1/24", "192.168.9.1/24"], "10.1.48.0/24"),
+    (["192.168.9.1/24", "10.1.48.1/24"], "10.1.48.0/24"),
+    # IPv4 link-local (avahi-autoipd, systemd-networkd): scope link sorts first
+    (["169.254.7.9/16 scope link"], "10.1.48.0/24"),
+    (["10.1.48.1/24", "169.254.7.9/16 scope link"], "10.1.48.0/24"),
+    (["10.1.48.1/24", "169.254.7.9/16"], "10.1.48.0/24"),
+])
+def test_blocks_agrees_with_the_real_bridge_plugin(held, subnet, tmp_path):
     """Debian's bridge plugin (containernetworking-plugins) on a cni0 that
-    holds each address, asked for a pod whose gateway is another."""
+    holds each set of addresses, as the kernel lists them to read_bridge,
+    asked for a pod of `subnet`: it refuses exactly when blocks() says so."""
     if not BRIDGE_PLUGIN.exists():
         pytest.skip("needs Debian's containernetworking-plugins")
-    cases = [("10.1.29.1/24", "10.1.48.0/24"), ("192.168.9.1/24", "10.1.48.0/24"),
-             ("fd10:1:0:5::1/64", "fd10:1:0:9::/64"), ("fd10:1::1/56", "fd10:1:0:9::/64")]
-    for held, subnet in cases:
-        gateway = addr(str(next(ipaddress.ip_network(subnet).hosts())) + "/"
-                       + subnet.split("/")[1])
-        with open_netns() as node, open_netns() as pod:
-            node(["ip", "link", "add", "cni0", "type", "bridge"])
-            node(["ip", "addr", "add", held, "dev", "cni0", "nodad"]
-                 if ":" in held else ["ip", "addr", "add", held, "dev", "cni0"])
-            error = _bridge_plugin_add(node, pod, subnet, tmp_path / held.replace("/", "_"))
-        assert (error is not None) is pod_bridge.blocks(addr(held), gateway), (held, error)
-        if error is not None:
-            assert "already has an IP address different from" in error
+    gateway = addr(str(next(ipaddress.ip_network(subnet).hosts())) + "/" + subnet.split("/")[1])
+    with open_netns() as node, open_netns() as pod:
+        node(["ip", "link", "add", "cni0", "type", "bridge"])
+        for address in held:
+            node(["ip", "addr", "add", *address.split(" ", 1)[:1], "dev", "cni0",
+                  *address.split()[1:], *(["nodad"] if ":" in address else [])])
+        shown = pod_bridge.read_bridge(Machine(runner=lambda argv, check, input=None:
+                                               subprocess.run(["nsenter", f"--net={node.path}",
+                                                               *argv], check=check, text=True,
+                                                              capture_output=True)))
+        error = _bridge_plugin_add(node, pod, subnet, tmp_path / "ipam")
+    assert len(shown.addresses) == len(held)
+    refused = any(pod_bridge.blocks(address, gateway, shown.addresses)
+                  for address in shown.addresses)
+    assert (error is not None) is refused, (shown.addresses, error)
+    if error is not None:
+        assert "already has an IP address different from" in error
 
 
 def _bridge_plugin_add(node, pod, subnet: str, data_dir: Path):
@@ -159,13 +178,26 @@ def _put(node, *addresses: str) -> None:
 
 
 def test_settle_on_lease_takes_flannel_s_old_gateways_off(node, tmp_path):
-    _put(node, "10.1.29.1/24", "10.1.48.1/24", "fd10:1:0:5::1/64", "192.168.9.1/24")
+    _put(node, "10.1.29.1/24", "192.168.9.1/24", "10.1.48.1/24", "fd10:1:0:5::1/64")
     settled = pod_bridge.settle_on_lease([addr("10.1.48.1/24")], MARKS, lambda: "net",
                                          machine=node, tables_dir=tmp_path)
     assert set(map(str, settled.removed)) == {"10.1.29.1/24", "fd10:1:0:5::1/64"}
     assert _addresses(node) == {"10.1.48.1/24", "192.168.9.1/24"}
+    # listed before the gateway: the bridge plugin stops there
     assert settled.foreign == (addr("192.168.9.1/24"),)
     assert "192.168.9.1/24" in settled.problem and "ip addr del" in settled.problem
+
+
+def test_an_ipv4_link_local_address_on_cni0_is_seen_and_named(node, tmp_path):
+    """169.254.x.y of scope link sorts before the gateway whenever it was
+    added: the bridge plugin refuses every new pod (case 7 above)."""
+    _put(node, "10.1.48.1/24")
+    node.netns(["ip", "addr", "add", "169.254.7.9/16", "dev", "cni0", "scope", "link"])
+    assert addr("169.254.7.9/16") in pod_bridge.read_bridge(node).addresses
+    settled = pod_bridge.settle_on_lease([addr("10.1.48.1/24")], MARKS, lambda: "net",
+                                         machine=node, tables_dir=tmp_path)
+    assert settled.foreign == (addr("169.254.7.9/16"),) and not settled.removed
+    assert settled.problem.startswith("cni0 holds 169.254.7.9/16, which is not flannel's")
 
 
 def test_settle_on_lease_takes_an_old_cidr_s_gateway_host_local_s_table_names(node, tmp_path):

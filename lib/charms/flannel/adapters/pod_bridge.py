@@ -3,9 +3,10 @@
 The flannel CNI plugin delegates to the bridge plugin, which makes `cni0`
 for the first pod and puts this node's lease gateway on it ("10.1.52.1/24",
 and with dual-stack "fd10:1:0:5::1/64"). The bridge plugin refuses a pod
-when cni0 already holds another IPv4 address, or an IPv6 address whose
-network overlaps the gateway's (containernetworking/plugins bridge.go
-ensureAddr, v1.1: '"cni0" already has an IP address different from
+when cni0 holds, before the gateway in the kernel's order (or without the
+gateway), another IPv4 address, 169.254.x.y included, or an IPv6 address
+whose network overlaps the gateway's (containernetworking/plugins bridge.go
+ensureAddr, v1.1 to v1.9: '"cni0" already has an IP address different from
 10.1.48.1/24'): a gateway left from an earlier lease stops every new pod on
 the node. Whatever made flanneld's lease change (a lease that expired while
 flannel was away, a network change, etcd rebuilt, subnet.env lost, a refresh
@@ -32,7 +33,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 from ..facts.cni_config import valid_network_name
 from ..facts.netconfig import Address
@@ -44,8 +45,10 @@ POD_BRIDGE = "cni0"
 
 @dataclass(frozen=True)
 class Bridge:
-    """What the kernel shows of the bridge: its global addresses (the
-    kernel's link-local IPv6 address is never a gateway) and its MTU."""
+    """What the kernel shows of the bridge: its addresses in the kernel's
+    order (the bridge plugin's order too), IPv4 link-local ones included
+    (169.254.x.y, which avahi-autoipd or systemd-networkd may add), IPv6
+    link-local ones not (fe80::/64 never overlaps a gateway); and its MTU."""
     name: str
     addresses: tuple = ()     # (Address, ...)
     mtu: Optional[int] = None
@@ -68,11 +71,9 @@ def read_bridge(machine: Machine, name: str = POD_BRIDGE) -> Optional[Bridge]:
     for entry in shown[0].get("addr_info", []):
         if entry.get("family") not in ("inet", "inet6") or "local" not in entry:
             continue
-        if entry.get("scope") == "link":
-            continue
         address = ipaddress.ip_interface(f"{entry['local']}/{entry.get('prefixlen', '')}"
                                          .rstrip("/"))
-        if address.version == 6 and address.ip.is_link_local:
+        if address.version == 6 and (entry.get("scope") == "link" or address.ip.is_link_local):
             continue
         addresses.append(address)
     return Bridge(name=name, addresses=tuple(addresses), mtu=shown[0].get("mtu"))
@@ -129,11 +130,18 @@ class FlannelsMarks:
         return FlannelsMarks(self.networks, tuple(handed_out))
 
 
-def blocks(address: Address, gateway: Address) -> bool:
+def blocks(address: Address, gateway: Address, held: Sequence[Address] = ()) -> bool:
     """Whether the bridge plugin refuses to put `gateway` on a bridge that
-    holds `address` (bridge.go ensureAddr): any other IPv4 address, an IPv6
-    address whose network overlaps the gateway's."""
+    holds `address` (bridge.go ensureAddr, v1.1 to v1.9): it reads the
+    bridge's addresses of the gateway's family in the kernel's order
+    (`held`), is done at the gateway itself, and refuses at the first
+    other IPv4 address or IPv6 address whose network overlaps the
+    gateway's. So an address listed after the gateway stops nothing while
+    the gateway is there. (The kernel lists an IPv4 address of scope link
+    before those of scope global, whenever it was added.)"""
     if address.version != gateway.version or address == gateway:
+        return False
+    if gateway in held and address in held and held.index(gateway) < held.index(address):
         return False
     return address.version == 4 or address.network.overlaps(gateway.network)
 
@@ -160,7 +168,7 @@ def judge(bridge: Bridge, marks: FlannelsMarks, gateways: Iterable[Address] = ()
         if marks.covers(address):
             if not may_stay(address):
                 stale.append(address)
-        elif any(blocks(address, gateway) for gateway in gateways):
+        elif any(blocks(address, gateway, bridge.addresses) for gateway in gateways):
             foreign.append(address)
     return Verdict(stale=tuple(stale), foreign=tuple(foreign))
 
