@@ -94,6 +94,12 @@ class FakeMachine(Machine):
         self.readyz: Optional[int] = 200
         self.starting = False
         self.journal: list[str] = []   # what flanneld logged (journalctl -u flannel -o cat)
+        # seconds since this machine booted (the harness moves it with its clock; a
+        # test may step the wall clock alone), and each unit's main process:
+        # {unit: (pid, started at on that clock)}
+        self.since_boot: Callable[[], float] = lambda: 0.0
+        self.processes: dict[str, tuple[int, float]] = {}
+        self._pids = iter(range(4000, 1 << 22))
 
     # --- what tests set up ---------------------------------------------------------------
     def bridge(self, *addresses: str, ports: int = 0, mtu: int = 1450) -> None:
@@ -110,7 +116,18 @@ class FakeMachine(Machine):
     def started(self, unit: str = "flannel") -> int:
         return sum(1 for call in self.calls if call[:3] == ["systemctl", "start", unit])
 
+    def restarted_by_systemd(self, unit: str = "flannel") -> None:
+        """The unit's process died and systemd's Restart= started it again:
+        a new process, the charm not asked."""
+        self.processes[unit] = (next(self._pids), self.since_boot())
+
     # --- the tools --------------------------------------------------------------------------
+    def process_age(self, pid: int) -> Optional[float]:
+        for started_pid, started_at in self.processes.values():
+            if started_pid == pid:
+                return self.since_boot() - started_at
+        return None
+
     def http_status(self, host: str, port: int, path: str, timeout: float = 1.0
                     ) -> Optional[int]:
         """flanneld's health server (the only one the charm asks) while
@@ -272,14 +289,22 @@ class FakeMachine(Machine):
         if verb == "is-active":
             if not unit["active"]:
                 raise _Refused(3, "")
+        elif verb == "show":   # show -p ActiveState -p MainPID UNIT
+            unit = self.units.setdefault(args[-1], {"active": False, "enabled": False,
+                                                    "masked": False})
+            pid = self.processes[args[-1]][0] if unit["active"] else 0
+            return f"MainPID={pid}\nActiveState={'active' if unit['active'] else 'inactive'}\n"
         elif verb in ("start", "restart"):
             if unit["masked"]:
                 raise _Refused(1, f"Failed to start {args[1]}.service: Unit is masked.")
+            if not unit["active"] or verb == "restart":
+                self.processes[args[1]] = (next(self._pids), self.since_boot())
             unit["active"] = True
             self.starting = True
             self.on_start()
         elif verb == "stop":
             unit["active"] = False
+            self.processes.pop(args[1], None)
         elif verb in ("enable", "disable"):
             unit["enabled"] = verb == "enable"
         elif verb in ("mask", "unmask"):

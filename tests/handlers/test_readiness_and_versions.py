@@ -25,6 +25,34 @@ def test_a_running_flanneld_that_is_not_ready_is_not_active(unit):
     assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
 
 
+def test_a_flanneld_systemd_restarted_gets_the_same_grace_as_one_the_charm_started(unit):
+    """Restarted by Restart= after a crash (or at boot, or resumed after a
+    series upgrade), flanneld answers 503 for a second or two while it
+    leases: that is no "not ready" to show for five minutes."""
+    deployed(unit)
+    unit.now += 3600
+    unit.machine.restarted_by_systemd()
+    unit.machine.readyz = 503
+    unit.now += 2
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+    unit.now += READY_GRACE
+    unit.hook("update-status")
+    assert unit.status == ("waiting", NOT_READY)
+
+
+def test_a_wall_clock_stepped_back_does_not_silence_the_readiness_check(unit):
+    """The grace is counted on the boot clock, from flanneld's own start:
+    an NTP step of the wall clock an hour back changes nothing."""
+    deployed(unit)
+    boot = unit.machine.since_boot()
+    unit.machine.since_boot = lambda: boot + 60     # a minute later
+    unit.now -= 3600                                # the wall clock stepped back
+    unit.machine.readyz = 503
+    unit.hook("update-status")
+    assert unit.status == ("waiting", NOT_READY)
+
+
 def attach(unit, version: str) -> None:
     """`juju attach-resource flannel flannel-amd64=...` with a flanneld of
     `version`, and the upgrade-charm hook Juju runs for it."""

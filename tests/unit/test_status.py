@@ -332,3 +332,18 @@ def test_the_messages_operators_alerts_match_are_unchanged():
         "not-ready": "flanneld is not ready: 127.0.0.1:8474/readyz did not answer 200 "
                      "(journalctl -u flannel)",
     }
+
+
+def test_flanneld_s_age_is_its_own_process_s_on_the_boot_clock(running, tmp_path):
+    """systemd's word (`systemctl show`: active, main PID) and the kernel's
+    start time of that process: what the readiness grace counts from."""
+    service = running.flanneld_service
+    assert service.active and service.main_pid
+    assert running.machine.process_age(service.main_pid) == pytest.approx(
+        running.flanneld_age, abs=1)
+    assert 0 <= running.flanneld_age < 600
+    assert running.machine.process_age(os.getpid()) >= 0
+    assert running.machine.process_age(2 ** 22 + 1) is None   # no such process
+    (tmp_path / "stopped").mkdir()
+    stopped = unit(tmp_path / "stopped", tmp_path / "no-systemd")
+    assert not stopped.flanneld_service.active and stopped.flanneld_age is None

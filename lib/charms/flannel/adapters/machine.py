@@ -8,8 +8,11 @@ answers tests/unit/test_machine_contract.py compares with a real kernel's.
 from __future__ import annotations
 
 import http.client
+import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -60,6 +63,18 @@ class Machine:
             return None
         finally:
             conn.close()
+
+    def process_age(self, pid: int) -> Optional[float]:
+        """Seconds since process `pid` started, or None if it is gone. Both
+        ends are on the boot clock (the kernel counts a process's start from
+        boot, CLOCK_BOOTTIME): a step of the wall clock moves neither."""
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            # the fields after the command's name; the 22nd, starttime, in ticks
+            started = int(stat.rpartition(")")[2].split()[19]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+        return max(time.clock_gettime(time.CLOCK_BOOTTIME) - started, 0.0)
 
     def flanneld_version(self, binary) -> Optional[str]:
         """The version `flanneld -version` prints (to stderr), or None."""

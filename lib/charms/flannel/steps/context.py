@@ -21,7 +21,7 @@ from ..adapters import links as machine_links
 from ..adapters.credentials import ClientFiles, client_files
 from ..adapters.install_record import InstallRecord
 from ..adapters.machine import Machine
-from ..adapters.systemd import Systemd
+from ..adapters.systemd import ServiceState, Systemd
 from ..facts import host_network
 from ..facts.flanneld import READY_GRACE, offers_readyz
 from ..facts.netconfig import NetworkConfig
@@ -174,25 +174,39 @@ class HookContext:
         return host_network.find_link(iface, self.links) if iface else None
 
     @functools.cached_property
+    def flanneld_service(self) -> ServiceState:
+        """flannel.service as systemd shows it, asked once (forget_flanneld
+        after a restart): active, and its main process."""
+        return self.systemd.service(SERVICE_NAME)
+
+    @property
     def flanneld_active(self) -> bool:
-        """`systemctl is-active flannel`, asked once (forget_flanneld after a
-        restart)."""
-        return self.systemd.is_active(SERVICE_NAME)
+        return self.flanneld_service.active
+
+    @functools.cached_property
+    def flanneld_age(self) -> Optional[float]:
+        """Seconds since the running flanneld's own process started, whoever
+        started it (this charm, systemd's Restart= after a crash, a boot),
+        on the boot clock; None when it is not running."""
+        service = self.flanneld_service
+        if not service.active or service.main_pid is None:
+            return None
+        return self.machine.process_age(service.main_pid)
 
     @functools.cached_property
     def flanneld_ready(self) -> Optional[bool]:
         """Whether flanneld's /readyz answers 200, asked once; None where the
-        installed flanneld offers no /readyz (before v0.28.9), or where the
-        charm started it less than READY_GRACE seconds ago."""
-        started = self.state.flanneld_started
+        installed flanneld offers no /readyz (before v0.28.9), or where it
+        started less than READY_GRACE seconds ago."""
+        age = self.flanneld_age
         if not offers_readyz(self.state.flanneld_version) or (
-                started is not None and self.clock() - started < READY_GRACE):
+                age is not None and age < READY_GRACE):
             return None
         return health.ready(self.machine)
 
     def forget_flanneld(self) -> None:
-        self.__dict__.pop("flanneld_active", None)
-        self.__dict__.pop("flanneld_ready", None)
+        for name in ("flanneld_service", "flanneld_age", "flanneld_ready"):
+            self.__dict__.pop(name, None)
 
     def lease(self) -> Optional[SubnetEnv]:
         """flanneld's lease as subnet.env says it now."""

@@ -156,9 +156,8 @@ def watch_stuck(ctx: HookContext) -> bool:
 
 def without_subnet_env(ctx: HookContext) -> bool:
     """flanneld running for over SUBNET_ENV_GRACE seconds with no subnet.env."""
-    started = ctx.state.flanneld_started
-    return (started is not None and ctx.clock() - started > SUBNET_ENV_GRACE
-            and not ctx.paths.subnet_env.exists() and ctx.flanneld_active)
+    age = ctx.flanneld_age
+    return age is not None and age > SUBNET_ENV_GRACE and not ctx.paths.subnet_env.exists()
 
 
 def finish_v2_move(ctx: HookContext, connection_string: str, out: Outcome) -> None:

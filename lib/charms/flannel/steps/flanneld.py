@@ -192,7 +192,6 @@ def restart_if_changed(ctx: HookContext, confirmed: NetworkConfig, out: Outcome)
     state.flanneld_iface = iface
     ctx.systemd.do("start", SERVICE_NAME)
     state.flanneld_inputs = wanted
-    state.flanneld_started = int(ctx.clock())
     return True
 
 

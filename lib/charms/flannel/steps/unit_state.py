@@ -93,10 +93,6 @@ class UnitState:
         "flannel.config",
         "The charm config as the last hook but update-status read it: Juju runs "
         "config-changed for every change, so an idle hook need not ask again.")
-    flanneld_started = _Key(
-        "flannel.flanneld-started",
-        "When the charm last started flanneld (seconds since the epoch): a flanneld that "
-        "has written no subnet.env a minute after is restarted by update-status.")
     v2_network_seen = _Key(
         "flannel.v2-network-seen",
         "etcd's v2 keyspace held flannel v0.11's network when this unit carried its leases "
