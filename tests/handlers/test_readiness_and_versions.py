@@ -108,7 +108,7 @@ def test_a_flanneld_stuck_on_a_compacted_revision_is_named_and_restarted(unit):
     unit.hook("update-status")
     assert unit.machine.started() == started + 1
     assert "v0.27.4's etcd watch retries a compacted revision without end " \
-           "(flannel-io/flannel#2470, fixed in v0.28.9): restarting it" in unit.log
+           "(flannel-io/flannel#2470, fixed in v0.28.9): restarting flanneld" in unit.log
     # the restarted flanneld's own lines follow the old run's retries: not a loop
     unit.machine.journal = STUCK + ["I1203 12:01:00.000000 1 main.go:258] Installing signal "
                                     "handlers", "I1203 12:01:00.1 1 main.go:1] flannel is ready"]

@@ -4,9 +4,14 @@ import json
 
 from harness import NETWORK, configure, deployed
 
+from charms.flannel.facts.restarts import FIRST_WAIT, GRACE
+
+LATER = GRACE + 1   # flanneld is past its grace: routes and lease are its to have made
+
 
 def test_an_etcd_rebuilt_empty_gets_the_network_and_the_lease_back(unit):
     deployed(unit)
+    unit.now += LATER
     unit.etcd().delete_prefix(NETWORK)
     unit.hook("update-status")
     assert json.loads(unit.etcd_values()[f"{NETWORK}/config"])["Network"] == "10.1.0.0/16"
@@ -21,6 +26,7 @@ def test_a_unit_blocked_on_an_option_still_gets_its_network_back(unit):
     deployed(unit)
     configure(unit, mtu=100000)
     assert unit.status[0] == "blocked"
+    unit.now += LATER
     unit.etcd().delete_prefix(NETWORK)
     unit.hook("update-status")
     config = json.loads(unit.etcd_values()[f"{NETWORK}/config"])
@@ -32,21 +38,102 @@ def test_a_unit_blocked_on_an_option_still_gets_its_network_back(unit):
 
 def test_a_lost_lease_restarts_flanneld(unit):
     deployed(unit)
+    unit.now += LATER
     unit.etcd().delete_prefix(f"{NETWORK}/subnets/")
     unit.hook("update-status")
     assert unit.machine.started() == 2
     assert "etcd lost this node's lease of 10.1.52.0/24" in unit.log
 
 
-def test_a_lease_this_node_has_no_route_to_restarts_flanneld(unit):
+def test_a_lease_this_node_has_no_route_to_restarts_flanneld_once_past_its_grace(unit):
+    """Seconds after its start flanneld may still be routing what it
+    listed: no restart then."""
     deployed(unit)
     unit.put_lease("10.1.7.0/24", "172.31.254.12")
+    unit.now += 5
+    unit.hook("update-status")
+    assert unit.machine.started() == 1
+    unit.now += LATER
     unit.hook("update-status")
     assert unit.machine.started() == 2
     assert "flanneld has no route to 10.1.7.0/24" in unit.log
     unit.machine.routes.append({"dst": "10.1.7.0/24", "dev": "flannel.1", "gateway": "10.1.7.0"})
     unit.hook("update-status")
     assert unit.machine.started() == 2
+
+
+def test_a_route_flanneld_never_makes_backs_off_and_says_so(unit):
+    """A route no restart brings (flanneld fails to add it every time):
+    restarted once at once, then after 10 min, 20, 40...; meanwhile the
+    status names the cause and when the next restart comes."""
+    deployed(unit)
+    unit.put_lease("10.1.7.0/24", "172.31.254.12")
+    unit.now += LATER
+    unit.hook("update-status")
+    assert unit.machine.started() == 2
+    waits = []
+    for _ in range(12):   # every 5 minutes for an hour
+        unit.now += 300
+        before = unit.machine.started()
+        unit.hook("update-status")
+        if unit.machine.started() > before:
+            waits.append(unit.now)
+        else:
+            state, message = unit.status
+            assert state == "waiting" and message.startswith(
+                "flanneld has no route to 10.1.7.0/24 that etcd leases: restarted it "), message
+            assert message.endswith("(journalctl -u flannel says why)")
+    # restarts at 10 and 30 minutes after the first (waits of 10, then 20 min)
+    assert len(waits) == 2 and waits[1] - waits[0] == 2 * FIRST_WAIT
+    unit.machine.routes.append({"dst": "10.1.7.0/24", "dev": "flannel.1", "gateway": "10.1.7.0"})
+    unit.now += 300
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_a_host_gw_node_off_this_network_is_named_and_never_restarted_for(unit):
+    """host-gw routes through the other node's own address: a node behind
+    a router cannot be routed (the docs call it unsupported), and restarts
+    change nothing."""
+    configure(unit, backend="host-gw")
+    deployed(unit)
+    unit.put_lease("10.1.7.0/24", "192.168.7.3")
+    for _ in range(3):
+        unit.now += 300
+        unit.hook("update-status")
+    assert unit.machine.started() == 1
+    assert unit.status == (
+        "blocked", "host-gw cannot route 10.1.7.0/24 (node 192.168.7.3): not on this node's "
+                   "network (host-gw routes pods through each node's own address, so every node "
+                   "must share one layer-2 network); set backend=vxlan, with direct-routing=true "
+                   "to keep host-gw's routes where nodes share one")
+
+
+def test_a_network_out_of_subnets_is_named_and_flanneld_left_to_systemd(unit):
+    """Every subnet leased by other nodes: flanneld exits "out of subnets"
+    and systemd starts it again every five seconds; restarting it changes
+    nothing, and the status says what an operator can change."""
+    configure(unit, cidr="10.1.0.0/22")   # a /24 each: 10.1.1.0 to 10.1.3.0
+    for n in (1, 2, 3):
+        unit.put_lease(f"10.1.{n}.0/24", f"172.31.254.{20 + n}")
+    unit.hook("install")
+    unit.hook("etcd-relation-changed", unit.relate_etcd(), "etcd/0")
+    unit.hook("cni-relation-changed", unit.relate_cni(), "kubernetes-worker/0")
+    for _ in range(3):
+        unit.now += 300
+        unit.hook("update-status")
+    assert unit.machine.started() == 1
+    assert unit.status == (
+        "blocked", "Out of subnets: 3 leases hold every /24 flanneld hands out of 10.1.0.0/22 "
+                   "(a removed node's lease lives 24 h: list-leases names them); set a longer "
+                   "subnet-len or a larger cidr")
+    # a removed node's lease expires; systemd's next start of flanneld takes it
+    unit.etcd().delete(f"{NETWORK}/subnets/10.1.3.0-24")
+    unit.machine.restarted_by_systemd()
+    unit.put_lease("10.1.3.0/24", "172.31.254.11")
+    unit.lease("10.1.3.1/24")
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.3.1/24")
 
 
 def test_no_subnet_env_a_minute_after_the_start_restarts_flanneld(unit):

@@ -12,7 +12,7 @@ import pytest
 from conftest import etcd_client
 
 from charms.flannel.adapters.etcd import EtcdClientSettings, NetworkStore
-from charms.flannel.adapters.etcd_probe import look
+from charms.flannel.adapters.etcd_probe import lease_values, look
 from charms.flannel.facts.etcd_keys import EtcdUnavailable, lease_key, ordered, parse_endpoints
 
 
@@ -167,3 +167,16 @@ def test_the_probe_imports_neither_etcd3gw_nor_requests():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={"PYTHONPATH": ":".join(sys.path)}).stdout
     assert out.strip() == "[]"
+
+
+def test_the_leases_are_listed_without_a_lease_of_this_node_s_and_values_read_when_asked(
+        etcd, pki, prefix):
+    """A node that holds no lease still counts the others (out of subnets);
+    the few leases a look finds unroutable are read whole."""
+    client = etcd_client(etcd)
+    client.put(f"{prefix}/config", json.dumps({"Network": "10.1.0.0/16"}))
+    client.put(lease_key("10.1.7.0/24", prefix), json.dumps({"PublicIP": "192.168.7.3"}))
+    view = look([etcd.endpoint], *creds(pki), prefix=prefix, leases=True)
+    assert view.lease is None and view.subnets == ("10.1.7.0/24",)
+    assert lease_values([etcd.endpoint], *creds(pki), ["10.1.7.0/24", "10.1.8.0/24"],
+                        prefix=prefix) == {"10.1.7.0/24": {"PublicIP": "192.168.7.3"}}

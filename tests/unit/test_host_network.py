@@ -190,3 +190,10 @@ def test_ipv6_needs_a_global_ipv6_address_on_flanneld_s_interface(machine):
     assert str(host_network.ipv6_problem(by_name["eth0"])) == (
         "Invalid ipv6-cidr: IPv6 needs a global IPv6 address on eth0, which flanneld sends "
         'on, and it has none; give it one, set iface to one that has, or set ipv6-cidr to ""')
+
+
+def test_on_link_is_within_a_network_of_the_link_s_addresses():
+    link = host_network.Link("eth0", True, False, (ipaddress.ip_interface("172.31.254.11/24"),))
+    assert host_network.on_link("172.31.254.12", link)
+    assert not host_network.on_link("192.168.7.3", link)
+    assert not host_network.on_link("not an address", link)

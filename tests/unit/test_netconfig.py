@@ -274,3 +274,15 @@ def test_nftables_round_trips_and_is_left_out_when_off():
     assert NetworkConfig.from_json(on.to_json()) == on
     assert "EnableNFTables" not in NetworkConfig.from_json(
         {"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}}).to_json()
+
+
+@pytest.mark.parametrize("config, leasable", [
+    ({"Network": "10.1.0.0/16", "SubnetLen": 24}, 255),     # 10.1.1.0 ... 10.1.255.0
+    ({"Network": "10.1.0.0/22", "SubnetLen": 24}, 3),
+    ({"Network": "10.1.0.0/16", "SubnetLen": 24, "EnableIPv6": True,
+      "IPv6Network": "fd10:1::/62", "IPv6SubnetLen": 64}, 3),   # the smaller family's
+])
+def test_how_many_nodes_can_hold_a_lease_is_flanneld_s_subnet_min_to_max(config, leasable):
+    network = NetworkConfig.from_json({**config, "Backend": {"Type": "vxlan"}})
+    assert network.leasable == leasable
+    assert network.subnets_held(["10.1.1.0/24", "10.2.1.0/24", "what"]) == 1

@@ -288,9 +288,10 @@ def test_problems_are_shown_in_the_order_an_operator_acts_on_them():
         Problem.OPTIONS, Problem.CIDR, Problem.MTU, Problem.NETWORK, Problem.IFACE,
         Problem.IPV6, Problem.COMMANDS, Problem.KERNEL, Problem.NO_ETCD,
         Problem.ETCD_CREDENTIALS, Problem.ETCD, Problem.NETWORK_PENDING,
-        Problem.SERVICE_FAILING, Problem.SERVICE_STARTING,
+        Problem.OUT_OF_SUBNETS, Problem.SERVICE_FAILING, Problem.SERVICE_STARTING,
         Problem.CNI_PENDING, Problem.CNI, Problem.BRIDGE, Problem.BRIDGE_STALE,
-        Problem.OFFLOAD, Problem.NEGOTIATING, Problem.NOT_READY]
+        Problem.OFFLOAD, Problem.UNROUTABLE, Problem.RESTARTS, Problem.NEGOTIATING,
+        Problem.NOT_READY]
     assert len({p.rank for p in Problem}) == len(Problem)
 
 

@@ -62,6 +62,7 @@ def test_a_removed_unit_forgets_everything_flannel_remembered(tmp_path):
     for problem in RECORDED:
         s.set_problem(problem, "a problem")
     s.kv.set("other.layer", "kept")
+    s.kv.set("flannel.flanneld-started", 1_000_000)   # an earlier revision's, retired
     s.forget()
     assert s.kv.getrange("flannel.") == {}
     assert s.recorded_problems() == []
@@ -83,7 +84,7 @@ def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_pat
                 "flannel.status": ["active", "Flannel subnet 10.1.52.1/24"],
                 "flannel.config": {"cidr": "10.1.0.0/16"}, "flannel.cni-network-name": "cbr0"}
     # keys this revision added, which no earlier one wrote
-    added = {"flannel.v2-network-seen", "flannel.v011-rules", "flannel.flanneld-started",
+    added = {"flannel.v2-network-seen", "flannel.v011-rules", "flannel.flanneld-restarts",
              "flannel.tx-checksum-turned-off", "flannel.offload-udev-rule-inputs",
              "flannel.flanneld-version", "flannel.lease-list", "flannel.registered-lease"}
     s = state(tmp_path)
@@ -105,7 +106,8 @@ def test_the_problems_the_previous_revision_recorded_are_read_after_a_refresh(tm
                 "ipv6": Problem.IPV6, "etcd": Problem.ETCD, "bridge": Problem.BRIDGE,
                 "bridge-stale": Problem.BRIDGE_STALE}
     # problems this revision added, which no earlier one recorded
-    added = {Problem.COMMANDS, Problem.KERNEL, Problem.OFFLOAD}
+    added = {Problem.COMMANDS, Problem.KERNEL, Problem.OFFLOAD, Problem.OUT_OF_SUBNETS,
+             Problem.UNROUTABLE, Problem.RESTARTS}
     assert set(previous.values()) | added == set(RECORDED)
     s = state(tmp_path)
     for area in previous:

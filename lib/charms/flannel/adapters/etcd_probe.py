@@ -23,12 +23,14 @@ import json
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from ..facts.etcd_keys import (API, DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable,
                                config_key, describe_text, json_object, lease_key,
                                lease_subnets, ordered, subnets_key, unit_key)
+
+T = TypeVar("T")
 
 
 def _subnets(keys: list) -> tuple:
@@ -76,14 +78,56 @@ class EtcdView:
 
 
 def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, *,
-         prefix: str = DEFAULT_PREFIX, lease_of: Optional[str] = None,
+         prefix: str = DEFAULT_PREFIX, lease_of: Optional[str] = None, leases: bool = False,
          preferred: Optional[str] = None, known: Optional[LeaseList] = None,
          unit: Optional[str] = None, timeout: float = 3.0) -> EtcdView:
     """Read the network config (and with lease_of, "10.1.52.0/24", whether
-    that lease exists and its address, every lease: `known` if its
-    fingerprint holds, and with `unit` what names that unit its holder)
-    from the first endpoint that answers, trying `preferred` first. Raises
-    EtcdUnavailable, naming every endpoint tried."""
+    that lease exists and its address, and with `unit` what names that unit
+    its holder; with lease_of or `leases`, every lease: `known` if its
+    fingerprint holds) from the first endpoint that answers, trying
+    `preferred` first. Raises EtcdUnavailable, naming every endpoint tried."""
+    def read(connection: http.client.HTTPSConnection, endpoint: str) -> EtcdView:
+        values, _ = _range(connection, config_key(prefix))
+        lease = listed = public_ip = record = None
+        count = len(values)
+        if lease_of:
+            mine, _ = _range(connection, lease_key(lease_of, prefix))
+            lease = bool(mine)
+            public_ip = (json_object(mine[0]) or {}).get("PublicIP") if mine else None
+            count += len(mine)
+            if unit and lease:
+                named, _ = _range(connection, unit_key(unit, prefix))
+                record = json_object(named[0]) if named else None
+                count += len(named)
+        if lease_of or leases:
+            listed, keys = _lease_list(connection, subnets_key(prefix), known)
+            count += keys
+        return EtcdView(json_object(values[0]) if values else None, lease, endpoint, listed,
+                        count, public_ip if isinstance(public_ip, str) else None, record)
+    return _first_answer(endpoints, ca_file, cert_file, key_file, read, preferred, timeout)
+
+
+def lease_values(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str,
+                 subnets: Iterable[str], *, prefix: str = DEFAULT_PREFIX,
+                 preferred: Optional[str] = None, timeout: float = 3.0) -> dict[str, dict]:
+    """The stored value of each lease ("10.1.9.0/24" -> {"PublicIP": ...}),
+    for the few a look found something wrong with; a lease gone meanwhile
+    is left out. Raises EtcdUnavailable."""
+    def read(connection: http.client.HTTPSConnection, endpoint: str) -> dict[str, dict]:
+        found = {}
+        for subnet in subnets:
+            values, _ = _range(connection, lease_key(subnet, prefix))
+            if values:
+                found[subnet] = json_object(values[0]) or {}
+        return found
+    return _first_answer(endpoints, ca_file, cert_file, key_file, read, preferred, timeout)
+
+
+def _first_answer(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str,
+                  read: Callable[[http.client.HTTPSConnection, str], T],
+                  preferred: Optional[str], timeout: float) -> T:
+    """read(connection, endpoint) over one TLS connection to the first
+    endpoint that answers, `preferred` first."""
     try:
         context = ssl.create_default_context(cafile=ca_file)
         context.load_cert_chain(cert_file, key_file)
@@ -96,26 +140,11 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
         connection = http.client.HTTPSConnection(url.hostname or "", url.port or DEFAULT_ETCD_PORT,
                                                  timeout=timeout, context=context)
         try:
-            values, _ = _range(connection, config_key(prefix))
-            lease = leases = public_ip = record = None
-            read = len(values)
-            if lease_of:
-                mine, _ = _range(connection, lease_key(lease_of, prefix))
-                lease = bool(mine)
-                public_ip = (json_object(mine[0]) or {}).get("PublicIP") if mine else None
-                leases, listed = _lease_list(connection, subnets_key(prefix), known)
-                read += len(mine) + listed
-                if unit and lease:
-                    named, _ = _range(connection, unit_key(unit, prefix))
-                    record = json_object(named[0]) if named else None
-                    read += len(named)
+            return read(connection, endpoint)
         except (OSError, http.client.HTTPException, ValueError) as error:
             failures.append(f"{endpoint} ({describe(error, timeout)})")
-            continue
         finally:
             connection.close()
-        return EtcdView(json_object(values[0]) if values else None, lease, endpoint, leases,
-                        read, public_ip if isinstance(public_ip, str) else None, record)
     raise EtcdUnavailable("cannot reach etcd: " + "; ".join(failures))
 
 

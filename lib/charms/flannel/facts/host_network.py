@@ -211,6 +211,16 @@ def pod_network_routes(routes: Iterable[dict], networks: Iterable[tuple],
     return out
 
 
+def on_link(address: str, link: Link) -> bool:
+    """Whether `address` is on a network of `link`'s addresses (reachable
+    without a router, as host-gw's next hops must be)."""
+    try:
+        wanted = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(wanted in held.network for held in link.addresses)
+
+
 def unrouted_subnets(subnets: Iterable[str], own: Optional[str], routes: Iterable[dict]
                      ) -> tuple:
     """The leased subnets ("10.1.7.0/24") but this node's own that no route

@@ -170,6 +170,24 @@ class NetworkConfig:
         return self.could_be_gateway(lease.ipv6_subnet)
 
     @property
+    def leasable(self) -> int:
+        """How many nodes can hold a lease at once: flanneld leases every
+        subnet of the network but its first (SubnetMin) up to its last
+        (SubnetMax), in each family; the smaller family's count."""
+        return min(2 ** (length - network.prefixlen) - 1 for network, length in self.pod_networks)
+
+    def subnets_held(self, subnets) -> int:
+        """How many of the leases' IPv4 subnets ("10.1.52.0/24") are of this
+        network."""
+        held = 0
+        for subnet in subnets:
+            try:
+                held += ipaddress.ip_network(subnet).subnet_of(self.network)
+            except (ValueError, TypeError):
+                continue
+        return held
+
+    @property
     def first_subnet(self) -> ipaddress.IPv4Network:
         """The network's first subnet, which flanneld never leases (SubnetMin)."""
         return ipaddress.IPv4Network(f"{self.network.network_address}/{self.subnet_len}")

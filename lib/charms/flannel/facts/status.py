@@ -52,6 +52,7 @@ class Problem(Enum):
     ETCD_CREDENTIALS = ("etcd-credentials", WAITING, 60)
     ETCD = ("etcd", WAITING, 61)                # away, refusing, or publishing garbage
     NETWORK_PENDING = ("network-pending", WAITING, 70)
+    OUT_OF_SUBNETS = ("out-of-subnets", BLOCKED, 79)   # every subnet leased: flanneld exits
     SERVICE_FAILING = ("service-failing", WAITING, 80)
     SERVICE_STARTING = ("service-starting", WAITING, 81)
     CNI_PENDING = ("cni-pending", WAITING, 85)
@@ -59,6 +60,8 @@ class Problem(Enum):
     BRIDGE = ("bridge", BLOCKED, 91)            # an address on cni0 that is not flannel's
     BRIDGE_STALE = ("bridge-stale", WAITING, 95)   # flannel's old gateway still on cni0
     OFFLOAD = ("offload", BLOCKED, 96)          # vxlan checksum offload cannot be turned off
+    UNROUTABLE = ("unroutable", BLOCKED, 97)    # host-gw: a node not on this node's network
+    RESTARTS = ("restarts", WAITING, 98)        # flanneld restarted for a cause that stays
     NEGOTIATING = ("negotiating", WAITING, 100)
     NOT_READY = ("not-ready", WAITING, 101)     # flanneld's /readyz (v0.28.9) says not yet
 
@@ -79,8 +82,8 @@ class Problem(Enum):
 # still shows it); the others are seen afresh by every hook.
 RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem.NETWORK,
             Problem.IFACE, Problem.IPV6, Problem.COMMANDS, Problem.KERNEL, Problem.ETCD,
-            Problem.BRIDGE,
-            Problem.BRIDGE_STALE, Problem.OFFLOAD)
+            Problem.BRIDGE, Problem.BRIDGE_STALE, Problem.OFFLOAD, Problem.OUT_OF_SUBNETS,
+            Problem.UNROUTABLE, Problem.RESTARTS)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ lease, and does this node route every other node's lease? The policy:
   it): flanneld is restarted in this hook, which leases and routes anew.
 - flanneld < 0.28.9 whose etcd watch retries a compacted revision without
   end (its journal's tail says so): restarted, which watches anew.
+- those restarts wait out a grace after flanneld's own start, and back off
+  while their cause outlives them (facts/restarts.py), the status saying so.
+- what no restart mends is named instead: every subnet leased (flanneld
+  exits "out of subnets"), a host-gw node off this node's network.
 - on a unit that saw flannel v0.11's network in etcd's v2 keyspace: once
   every node runs flanneld >= 0.18 the v2 keys go; until then the v3
   copies of v0.11 nodes' leases are kept as long-lived as the v2 leases.
@@ -23,13 +27,16 @@ network flanneld runs, the one etcd last confirmed.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 from ..adapters import etcd_probe, journal
 from ..facts.etcd_keys import EtcdUnavailable, parse_endpoints, unit_record
 from ..facts.flanneld import JOURNAL_TAIL, has_compaction_loop, stuck_on_compaction
-from ..facts.host_network import unrouted_subnets
+from ..facts import restarts
+from ..facts.host_network import on_link, unrouted_subnets
+from ..facts.netconfig import HOST_GW
 from ..facts.paths import SERVICE_NAME
 from ..facts.status import Problem
 from ..facts.v2_network import carried_ttl, copies, moved
@@ -74,7 +81,7 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
     try:
         view = etcd_probe.look(parse_endpoints(connection_string), str(files.ca_file),
                                str(files.cert_file), str(files.key_file), lease_of=lease_of,
-                               preferred=ctx.state.etcd_answered, known=known,
+                               leases=True, preferred=ctx.state.etcd_answered, known=known,
                                unit=ctx.juju.unit, timeout=timeout)
     except EtcdUnavailable as unavailable:
         return EtcdHealth(problem=unavailable.reason)
@@ -102,27 +109,107 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     if seen.config_missing:
         out.say("etcd holds no flannel network config (rebuilt?): writing it again", True)
         out.clear(NETWORK_CONFIGURED)
-    why = None
-    if seen.lost_lease:
-        why = f"etcd lost this node's lease of {seen.lost_lease}: restarting flanneld to " \
-              "lease it again"
-    elif seen.unrouted:
-        why = "flanneld has no route to {} that etcd has leases of: restarting it to route " \
-              "every lease".format(", ".join(seen.unrouted))
-    elif seen.problem is None and flanneld_started and without_subnet_env(ctx):
-        why = f"flanneld has written no {ctx.paths.subnet_env} since it started: restarting it"
-    elif flanneld_started and watch_stuck(ctx):
-        why = (f"flanneld {ctx.state.flanneld_version}'s etcd watch retries a compacted "
-               "revision without end (flannel-io/flannel#2470, fixed in v0.28.9): restarting it")
-    if why:
-        out.say(why, True)
-        ctx.state.flanneld_inputs = None
-        out.clear(SERVICE_RUNNING)
+    full = None
+    if seen.problem is None:   # what no restart mends
+        full = out_of_subnets(ctx, seen)
+        out.found(Problem.OUT_OF_SUBNETS, full)
+        unroutable = host_gw_unroutable(ctx, etcd.connection_string, seen.unrouted)
+        out.found(Problem.UNROUTABLE, unroutable_text(unroutable))
+        seen = dataclasses.replace(seen, unrouted=tuple(
+            subnet for subnet in seen.unrouted if subnet not in unroutable))
+    cause = restart_cause(ctx, seen, flanneld_started and full is None)
+    restart_flanneld(ctx, cause, out)
     if ctx.state.v2_network_seen and seen.problem is None:
         finish_v2_move(ctx, etcd.connection_string, out)
     if seen.problem is None:
         register(ctx, etcd.connection_string, seen, out)
     return out
+
+
+def restart_cause(ctx: HookContext, seen: EtcdHealth, leasing: bool
+                  ) -> Optional[restarts.Cause]:
+    """What a restart of flanneld would mend, if anything (`leasing`:
+    flanneld was started on its inputs and a subnet is free for it)."""
+    if seen.lost_lease:
+        return restarts.Cause("lost-lease", f"etcd lost this node's lease of {seen.lost_lease}")
+    if seen.unrouted:
+        subnets = ", ".join(seen.unrouted)
+        return restarts.Cause(f"unrouted {subnets}",
+                              f"flanneld has no route to {subnets} that etcd leases")
+    if seen.problem is None and leasing and without_subnet_env(ctx):
+        return restarts.Cause("no-subnet-env",
+                              f"flanneld has written no {ctx.paths.subnet_env} since it started")
+    if leasing and watch_stuck(ctx):
+        return restarts.Cause(
+            "watch-stuck", f"flanneld {ctx.state.flanneld_version}'s etcd watch retries a "
+                           "compacted revision without end (flannel-io/flannel#2470, fixed in "
+                           "v0.28.9)")
+    return None
+
+
+def restart_flanneld(ctx: HookContext, cause: Optional[restarts.Cause], out: Outcome) -> None:
+    """Restart flanneld for `cause` unless it started moments ago or the
+    restarts made for the same cause are still waiting out their back-off
+    (facts/restarts.py); the status says which."""
+    decision = restarts.decide(restarts.Restarts.from_stored(ctx.state.flanneld_restarts),
+                               cause, now=ctx.clock(), flanneld_age=ctx.flanneld_age)
+    ctx.state.flanneld_restarts = decision.stored
+    out.found(Problem.RESTARTS, decision.waiting)
+    if decision.restart:
+        out.say(f"{cause.text}: restarting flanneld", True)
+        ctx.state.flanneld_inputs = None
+        out.clear(SERVICE_RUNNING)
+
+
+def out_of_subnets(ctx: HookContext, seen: EtcdHealth) -> Optional[str]:
+    """Why flanneld can lease nothing, when every subnet of the network is
+    leased and this node holds none (flanneld exits "out of subnets", and
+    systemd starts it again every five seconds until a lease expires)."""
+    confirmed = ctx.confirmed
+    if confirmed is None or seen.leases is None or own_lease(ctx) is not None:
+        return None
+    held, room = confirmed.subnets_held(seen.leases.subnets), confirmed.leasable
+    if held < room:
+        return None
+    return (f"Out of subnets: {held} leases hold every /{confirmed.subnet_len} flanneld hands "
+            f"out of {confirmed.network} (a removed node's lease lives 24 h: list-leases names "
+            "them); set a longer subnet-len or a larger cidr")
+
+
+def host_gw_unroutable(ctx: HookContext, connection_string: str, unrouted: tuple
+                       ) -> dict[str, str]:
+    """host-gw's leases this node cannot route, whatever restarts: their
+    node's address is on no network of flanneld's interface, so the kernel
+    refuses the route ("network is unreachable"). {subnet: node address}."""
+    confirmed = ctx.confirmed
+    if not unrouted or confirmed is None or confirmed.backend.type != HOST_GW:
+        return {}
+    link = ctx.flanneld_link(ctx.options)
+    if link is None:
+        return {}
+    files = ctx.client_files
+    try:
+        values = etcd_probe.lease_values(parse_endpoints(connection_string), str(files.ca_file),
+                                         str(files.cert_file), str(files.key_file), unrouted,
+                                         preferred=ctx.state.etcd_answered)
+    except EtcdUnavailable:
+        return {}
+    found = {}
+    for subnet, value in values.items():
+        address = value.get("PublicIP")
+        if isinstance(address, str) and not on_link(address, link):
+            found[subnet] = address
+    return found
+
+
+def unroutable_text(unroutable: dict[str, str]) -> Optional[str]:
+    if not unroutable:
+        return None
+    listed = ", ".join(f"{subnet} (node {address})" for subnet, address in unroutable.items())
+    return (f"host-gw cannot route {listed}: not on this node's network (host-gw routes pods "
+            "through each node's own address, so every node must share one layer-2 "
+            "network); set backend=vxlan, with direct-routing=true to keep host-gw's "
+            "routes where nodes share one")
 
 
 def register(ctx: HookContext, connection_string: str, seen: EtcdHealth, out: Outcome) -> None:

@@ -28,8 +28,13 @@ class Seen:
 def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
     """Every (problem, text) this hook sees: a problem of a later step
     while an earlier one is not done is left out when it cannot be told."""
+    confirmed = ctx.confirmed
+    leased = lease is not None and confirmed is not None and confirmed.holds(lease)
+    # (update-status finds a network out of subnets; flanneld, restarted by
+    # systemd, may lease one any time a lease expires)
     found = [(problem, record_text(text) if problem is Problem.RECORD else text)
-             for problem, text in ctx.state.recorded_problems()]
+             for problem, text in ctx.state.recorded_problems()
+             if not (problem is Problem.OUT_OF_SUBNETS and leased)]
     if seen.series_upgrade:
         found.append((Problem.SERIES_UPGRADE, None))
     if not seen.installed:
@@ -60,8 +65,7 @@ def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
     # flanneld's word on its lease, checked against the network etcd
     # confirmed: a subnet.env left from before a network change is stale
     # until flanneld leases anew (no etcd round trip in an idle hook)
-    confirmed = ctx.confirmed
-    if lease is None or confirmed is None or not confirmed.holds(lease):
+    if not leased:
         found.append((Problem.NEGOTIATING, None))
     return found
 

@@ -12,6 +12,8 @@ from typing import Any, Optional
 from ..facts.status import RECORDED, Problem
 
 PROBLEM_PREFIX = "flannel.problem."
+# what earlier revisions remembered and this one does not: forgotten with the rest
+RETIRED_KEYS = ("flannel.flanneld-started",)
 
 
 class _Key:
@@ -93,6 +95,10 @@ class UnitState:
         "flannel.config",
         "The charm config as the last hook but update-status read it: Juju runs "
         "config-changed for every change, so an idle hook need not ask again.")
+    flanneld_restarts = _Key(
+        "flannel.flanneld-restarts",
+        "The restarts update-status made of flanneld for one cause that has not gone since "
+        "(facts/restarts.py): the next waits twice as long as the last.")
     v2_network_seen = _Key(
         "flannel.v2-network-seen",
         "etcd's v2 keyspace held flannel v0.11's network when this unit carried its leases "
@@ -141,6 +147,8 @@ class UnitState:
         for attribute in vars(UnitState).values():
             if isinstance(attribute, _Key):
                 self.kv.unset(attribute.key)
+        for key in RETIRED_KEYS:
+            self.kv.unset(key)
 
     @classmethod
     def keys(cls) -> list[str]:
