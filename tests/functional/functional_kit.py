@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from charms.flannel.adapters.machine import Machine
+from charms.flannel.facts.restarts import GRACE
 from sandbox.cluster import CNI_RELATION, FLANNEL, Cluster
 from sandbox.juju import EmulatedApp
 from sandbox.waiting import wait_for
@@ -382,3 +384,11 @@ def hook_pythons(cluster: Cluster) -> dict[str, str]:
         if proc.stdout.strip():
             found[name] = proc.stdout.split()[-1]
     return found
+
+
+def wait_past_restart_grace(cluster: Cluster, machine: str) -> None:
+    """Until flanneld on `machine` has run longer than the grace in which
+    update-status leaves a fresh flanneld alone (facts/restarts.py)."""
+    ages = [Machine().process_age(pid) for pid in cluster.flanneld_pids(machine)]
+    youngest = min((age for age in ages if age is not None), default=GRACE + 1)
+    time.sleep(max(GRACE + 0.5 - youngest, 0))

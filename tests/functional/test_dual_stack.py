@@ -20,7 +20,7 @@ import re
 import time
 
 import pytest
-from functional_kit import deploy_and_wait
+from functional_kit import deploy_and_wait, wait_past_restart_grace
 
 from sandbox.cluster import CNI_RELATION
 
@@ -178,6 +178,7 @@ def test_a_node_without_a_route_to_another_nodes_lease_gets_it_back_at_update_st
     m1_subnet = str(ipaddress.ip_interface(gateways(cluster, "m1")[0]).network)
     cluster.machines["m2"].run(["ip", "route", "del", m1_subnet])
     pids = cluster.flanneld_pids("m2")
+    wait_past_restart_grace(cluster, "m2")
     cluster.controller.update_status("flannel")
     cluster.settle()
     assert cluster.flanneld_pids("m2") != pids, "update-status did not restart flanneld on m2"
@@ -275,6 +276,22 @@ def test_host_gw_routes_each_family_to_the_other_node(open_cluster):
         assert run.ok, (run.message, run.results)
         assert sorted(node["gateway"] for node in run.results["nodes"].values()) == \
             sorted((cluster.machines["m2"].address, cluster.machines["m2"].address6))
+        # a network that drops what is not a machine's own address (anti-spoofing,
+        # a cloud's source/destination check): the nodes answer, pods do not
+        m2, v4 = cluster.machines["m2"], str(ipaddress.ip_interface(gateways(cluster, "m2")[0])
+                                             .network)
+        spoofing = ["PREROUTING", "-s", "10.1.0.0/16", "-j", "DROP"]
+        m2.run(["iptables", "-t", "raw", "-I", *spoofing])
+        try:
+            broken = cluster.run_action(cluster.unit_on("m1"), "check-network", timeout=0.5)
+        finally:
+            m2.run(["iptables", "-t", "raw", "-D", *spoofing])
+        assert broken.status == "failed", broken.results
+        nodes = {node["subnet"]: node for node in broken.results["nodes"].values()}
+        assert nodes[v4]["status"] == "broken", nodes
+        assert nodes[v4]["cause"].startswith("packets between pod addresses"), nodes[v4]
+        assert "set backend=vxlan" in nodes[v4]["cause"]
+        assert [n["status"] for s, n in nodes.items() if s != v4] == ["ok"]
         delete_pods(cluster, cluster.pods)
         cluster.remove_cni_relation()
         for m in MACHINES:

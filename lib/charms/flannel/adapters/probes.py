@@ -1,50 +1,68 @@
 """The check-network action's measurements, each one command on this
-machine: a ping (with DF set and a size, or not), this node's route to a
-subnet, and a vxlan device's FDB and neighbour entries (iproute2's JSON).
+machine: echoes (with DF set and a size, or not; from a pod-network
+address, with a TTL), this node's route to a subnet, and a vxlan device's
+FDB and neighbour entries (iproute2's JSON).
 What they mean is facts/diagnosis.py's. A command that cannot run answers
 None (unknown), never a false "missing"."""
 from __future__ import annotations
 
-import enum
 import json
+import re
 import subprocess
-from typing import Optional
+from typing import Iterable, Optional
 
-from ..facts.diagnosis import Route, icmp_headers
+from ..facts.diagnosis import Echoes, Route, icmp_headers
 from .machine import Machine
 
 # what the probes run: a node without one of them cannot be checked
 COMMANDS = ("ip", "bridge", "ping")
 
 
-class Echo(enum.Enum):
-    ANSWERED = "answered"
-    LOST = "lost"          # sent, and nothing came back in time
-    REFUSED = "refused"    # not sent: larger than the route's MTU ("message too long")
+# echoes of one question leave this far apart (seconds): root's ping allows it
+ECHO_INTERVAL = 0.05
+# "From 10.1.9.1 icmp_seq=2 Time to live exceeded" (IPv6: "Time exceeded: Hop limit")
+_ICMP_ERROR = re.compile(r"^From (\S+?):? icmp_seq=", re.MULTILINE)
+_STATISTICS = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
 
 
 def missing_commands(machine: Machine) -> list[str]:
     return [command for command in COMMANDS if not machine.has(command)]
 
 
-def ping(machine: Machine, address: str, *, timeout: float, size: Optional[int] = None
-         ) -> Echo:
-    """One echo to `address` (IPv4 or IPv6); with `size`, a packet of that
-    many bytes (headers included) with DF set. (ping's -q would hide the
-    refusal.)"""
+def ping(machine: Machine, address: str, *, timeout: float, size: Optional[int] = None,
+         count: int = 1, source: Optional[str] = None, ttl: Optional[int] = None,
+         answering: Iterable[str] = ()) -> Echoes:
+    """`count` echoes to `address` (IPv4 or IPv6), ECHO_INTERVAL apart,
+    each waited for up to `timeout` seconds; with `size`, packets of that
+    many bytes (headers included) with DF set; from `source` (an address of
+    this node's); with `ttl`, that TTL (hop limit). An ICMP error from one
+    of `answering` (a TTL exceeded on arrival there) counts as an answer:
+    it came back the way an echo reply would. (ping's -q would hide the
+    refusal and the errors.)"""
     family = "-6" if ":" in address else "-4"
-    argv = ["ping", family, "-n", "-c", "1", "-W", f"{timeout:g}"]
+    argv = ["ping", family, "-n", "-c", str(count), "-W", f"{timeout:g}"]
+    if count > 1:
+        argv += ["-i", f"{ECHO_INTERVAL:g}"]
     if size is not None:
         argv += ["-M", "do", "-s", str(size - icmp_headers(address))]
+    if source is not None:
+        argv += ["-I", source]
+    if ttl is not None:
+        argv += ["-t", str(ttl)]
     try:
         done = machine.run(argv + [address], check=False)
     except (OSError, subprocess.SubprocessError):
-        return Echo.LOST
-    if done.returncode == 0:
-        return Echo.ANSWERED
-    if "message too long" in (done.stderr + done.stdout).lower():
-        return Echo.REFUSED
-    return Echo.LOST
+        return Echoes(count, 0)
+    text = done.stdout + done.stderr
+    if "message too long" in text.lower():
+        return Echoes(count, 0, refused=True)
+    statistics = _STATISTICS.search(done.stdout)
+    if statistics is None:   # ping did not get as far as sending (no route, bad source)
+        return Echoes(count, 0)
+    sent, answered = int(statistics.group(1)), int(statistics.group(2))
+    errors = set(answering)
+    answered += sum(1 for origin in _ICMP_ERROR.findall(done.stdout) if origin in errors)
+    return Echoes(max(sent, count), min(answered, max(sent, count)))
 
 
 def _json(machine: Machine, argv: list[str]) -> Optional[list]:

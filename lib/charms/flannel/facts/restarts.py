@@ -18,7 +18,7 @@ from typing import Optional
 
 # seconds a flanneld is left to lease, route and write subnet.env after it
 # started (v0.28.10 does all three within two seconds when etcd answers)
-GRACE = 30
+GRACE = 15
 # the wait after a restart that did not mend its cause, doubling each time
 FIRST_WAIT = 600
 MAX_WAIT = 4 * 3600

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import concurrent.futures
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from ..adapters import probes
-from ..facts.diagnosis import (Finding, PathProbe, Peer, diagnose, gateway, largest_crossing,
-                               summary)
+from ..facts.diagnosis import (BROKEN, ECHOES, MORE_ECHOES, Echoes, Finding, PathProbe, Peer,
+                               Verdict, diagnose, gateway, largest_crossing, summary)
 from ..facts.etcd_keys import EtcdUnavailable, Lease
 from ..facts.netconfig import VXLAN
 from ..facts.paths import SERVICE_NAME
@@ -34,21 +34,26 @@ class NetworkReport:
 
     @property
     def ok(self) -> bool:
-        return not self.own_problems and all(f.ok for f in self.findings)
+        """Nothing broken: a lease of a node gone, or a path whose echoes
+        chance could have lost, is no failure."""
+        return not self.own_problems and all(f.status != BROKEN for f in self.findings)
 
     @property
     def summary(self) -> str:
         return summary(self.findings, self.own_problems)
 
     def as_results(self) -> dict:
-        out = {"summary": self.summary, "status": "ok" if self.ok else "broken",
+        statuses = {f.status for f in self.findings}
+        status = "broken" if not self.ok else "unsure" if "unsure" in statuses else "ok"
+        out = {"summary": self.summary, "status": status,
                "nodes-checked": str(len(self.findings))}
         if self.findings:
             out["nodes"] = {f.peer.key: f.as_results() for f in self.findings}
         return out
 
 
-def peers_of(lease: Lease, units: dict, *, ipv6: bool) -> list[Peer]:
+def peers_of(lease: Lease, units: dict, *, ipv6: bool, expires_in: Optional[int] = None
+             ) -> list[Peer]:
     """The lease's IPv4 peer, and with `ipv6` (this node is dual-stack) its
     IPv6 one: flanneld keeps each family's address and VTEP apart
     (PublicIPv6, BackendV6Data)."""
@@ -59,10 +64,11 @@ def peers_of(lease: Lease, units: dict, *, ipv6: bool) -> list[Peer]:
     def vtep(key: str) -> Optional[str]:
         data = attributes.get(key)
         return data.get("VtepMAC") if isinstance(data, dict) else None
-    found = [Peer(lease.subnet, lease.public_ip or "", backend, vtep("BackendData"), unit)]
+    found = [Peer(lease.subnet, lease.public_ip or "", backend, vtep("BackendData"), unit,
+                  expires_in)]
     if ipv6 and lease.ipv6_subnet:
         found.append(Peer(lease.ipv6_subnet, str(attributes.get("PublicIPv6") or ""), backend,
-                          vtep("BackendV6Data"), unit))
+                          vtep("BackendV6Data"), unit, expires_in))
     return found
 
 
@@ -105,9 +111,19 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
     if not any(held.subnet == own for held in leases):
         report.own_problems.append(f"this node's lease of {own} is gone from etcd: flanneld "
                                    "leases again when it restarts (update-status restarts it)")
-    peers = [peer for held in leases if held.subnet != own
-             for peer in peers_of(held, found.units, ipv6=lease.ipv6_subnet is not None)]
+    peers = [peer for held, left in found.lifetimes if held.subnet != own
+             for peer in peers_of(held, found.units, ipv6=lease.ipv6_subnet is not None,
+                                  expires_in=left)]
     link_mtus = {link.name: link.mtu for link in ctx.links}
+    # this node's own address in each family's lease (flannel.<VNI> holds
+    # the subnet's first, cni0 its gateway): host-gw and direct routing are
+    # probed from it, as a pod's packet leaves
+    own_addresses = {}
+    for subnet in (lease.subnet, lease.ipv6_subnet):
+        if subnet is not None:
+            mine = [address.ip for link in ctx.links for address in link.addresses
+                    if address.ip in subnet.network]
+            own_addresses[subnet.version] = str(min(mine)) if mine else None
 
     def path_of(peer: Peer) -> tuple[Optional[str], int]:
         """The vxlan device and the packet size that must cross, per family:
@@ -119,18 +135,41 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         return v6_link, min(lease.mtu, link_mtus.get(v6_link) or lease.mtu)
 
     paths = [path_of(peer) for peer in peers]
+
+    def measure(peer: Peer, path: tuple[Optional[str], int]) -> PathProbe:
+        source = own_addresses.get(6 if ":" in peer.subnet else 4)
+        return probe_path(ctx, peer, *path, timeout, pod_source=source)
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
-        probed = list(pool.map(lambda peer, path: probe_path(ctx, peer, *path, timeout),
-                               peers, paths))
+        probed = list(pool.map(measure, peers, paths))
     report.findings = [diagnose(peer, found, pod_mtu=mtu, vxlan_link=link,
                                 vxlan_port=confirmed.backend.port)
                        for peer, found, (link, mtu) in zip(peers, probed, paths)]
     return report
 
 
+class Asker:
+    """Echoes to one peer, a question at a time: ECHOES of them, and while
+    nothing came back but chance could explain it, MORE_ECHOES more (and
+    more of the baseline, when it lost some too)."""
+
+    def __init__(self, ctx: HookContext, timeout: float):
+        self.machine, self.timeout = ctx.machine, timeout
+
+    def echoes(self, address: str, count: int = ECHOES, **how) -> Echoes:
+        return probes.ping(self.machine, address, timeout=self.timeout, count=count, **how)
+
+    def ask(self, address: str, baseline: Callable[[], Echoes], **how) -> tuple[Echoes, Echoes]:
+        """(the echoes to `address`, the baseline they were judged against)."""
+        asked, base = self.echoes(address, **how), baseline()
+        if asked.verdict(base) is Verdict.UNSURE:
+            asked = asked + self.echoes(address, MORE_ECHOES, **how)
+        return asked, base
+
+
 def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu: int,
-               timeout: float) -> PathProbe:
-    """Measure the way to one peer, stopping at the first thing missing."""
+               timeout: float, *, pod_source: Optional[str] = None) -> PathProbe:
+    """Measure the way to one peer, stopping at the first thing missing
+    (facts/diagnosis.py says what counts as missing)."""
     machine = ctx.machine
     route = probes.route_to(machine, peer.subnet) if peer.public_ip else None
     if route is None:
@@ -143,24 +182,56 @@ def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu:
         neighbour = probes.neighbour_has(machine, route.dev, target, peer.vtep_mac)
         if fdb is False or neighbour is False:
             return PathProbe(route=route, fdb=fdb, neighbour=neighbour)
-    node_answers = probes.ping(machine, peer.public_ip, timeout=timeout) is probes.Echo.ANSWERED
-    if probes.ping(machine, target, timeout=timeout) is not probes.Echo.ANSWERED:
-        return PathProbe(route=route, fdb=fdb, neighbour=neighbour, node_answers=node_answers)
+    asker = Asker(ctx, timeout)
+    node = asker.echoes(peer.public_ip)
+    seen = {"route": route, "fdb": fdb, "neighbour": neighbour}
 
-    def crosses(size: int) -> bool:
-        return probes.ping(machine, target, timeout=timeout, size=size) is probes.Echo.ANSWERED
-    full_size = probes.ping(machine, target, timeout=timeout, size=pod_mtu)
-    if full_size is probes.Echo.REFUSED:
-        return PathProbe(route=route, fdb=fdb, neighbour=neighbour, node_answers=node_answers,
-                         gateway_answers=True, full_size_refused=True)
-    largest = pod_mtu if full_size is probes.Echo.ANSWERED else largest_crossing(
-        crosses, min(PLAIN_PING, pod_mtu), pod_mtu - 1)
+    def node_baseline() -> Echoes:
+        """The node's own echoes, sent more of while they too lost some."""
+        nonlocal node
+        if node.lost and node.sent < ECHOES + MORE_ECHOES:
+            node = node + asker.echoes(peer.public_ip, MORE_ECHOES)
+        return node
+    if target == peer.public_ip:
+        gateway_echoes = node
+        if node.verdict() is Verdict.UNSURE:
+            gateway_echoes = node = node_baseline()
+    else:
+        gateway_echoes, node = asker.ask(target, node_baseline)
+    if gateway_echoes.verdict(node) is not Verdict.CROSSED:
+        return PathProbe(**seen, node=node, gateway=gateway_echoes)
+    seen.update(node=node, gateway=gateway_echoes)
+    if not overlay and pod_source is not None:
+        # TTL 1: the peer answers from its pods' bridge, or, without one, with
+        # a TTL exceeded; either way back to a pod-network address
+        pod_path, _ = asker.ask(peer.pod_gateway, lambda: gateway_echoes, source=pod_source,
+                                ttl=1, answering=(peer.pod_gateway, peer.public_ip))
+        seen.update(pod_path=pod_path, pod_source=pod_source)
+        if pod_path.verdict(gateway_echoes) is not Verdict.CROSSED:
+            return PathProbe(**seen)
+
+    def crosses(size: int) -> Optional[bool]:
+        asked, _ = asker.ask(target, lambda: gateway_echoes, size=size)
+        verdict = asked.verdict(gateway_echoes)
+        return None if verdict is Verdict.UNSURE else verdict is Verdict.CROSSED
+    full_size, _ = asker.ask(target, lambda: gateway_echoes, size=pod_mtu)
+    seen.update(full_size=full_size)
+    full = full_size.verdict(gateway_echoes)
+    if full is Verdict.REFUSED:
+        return PathProbe(**seen)
+    if full is Verdict.UNSURE:
+        return PathProbe(**seen)
+    if full is Verdict.LOST:
+        # the edge found, then seen again: a loss inside the search moves it
+        largest = largest_crossing(crosses, min(PLAIN_PING, pod_mtu), pod_mtu - 1)
+        confirmed = largest is not None and crosses(largest) is True and \
+            crosses(largest + 1) is False
+        return PathProbe(**seen, largest=largest, edge_confirmed=confirmed or None)
     # through the vxlan device a pod's packet one byte too large must be
-    # refused here; a direct route's interface is larger than the pods' MTU
-    refused = probes.ping(machine, target, timeout=timeout, size=pod_mtu + 1) \
-        is probes.Echo.REFUSED if overlay else None
-    return PathProbe(route=route, fdb=fdb, neighbour=neighbour, node_answers=node_answers,
-                     gateway_answers=True, largest=largest, too_large_refused=refused)
+    # refused here (not sent: no loss to judge); a direct route's interface
+    # is larger than the pods' MTU
+    refused = asker.echoes(target, 1, size=pod_mtu + 1).refused if overlay else None
+    return PathProbe(**seen, largest=pod_mtu, too_large_refused=refused)
 
 
 @dataclass(frozen=True)
@@ -201,11 +272,14 @@ def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
     own = str(lease.subnet.network) if lease else None
     can_ping = ctx.machine.has("ping")
 
+    asker = Asker(ctx, timeout)
+
     def answers(held: Lease) -> Optional[bool]:
+        """Whether the node answers: a lost echo or two is no "no"."""
         if held.subnet == own or not held.public_ip or not can_ping:
             return None
-        return probes.ping(ctx.machine, held.public_ip,
-                           timeout=timeout) is probes.Echo.ANSWERED
+        echoes, _ = asker.ask(held.public_ip, Echoes)
+        return echoes.verdict() is Verdict.CROSSED
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         answered = list(pool.map(answers, [held for held, _ in lifetimes]))
     return [LeaseRow(held, ttl, held.subnet == own, node,
