@@ -386,9 +386,15 @@ def hook_pythons(cluster: Cluster) -> dict[str, str]:
     return found
 
 
-def wait_past_restart_grace(cluster: Cluster, machine: str) -> None:
-    """Until flanneld on `machine` has run longer than the grace in which
-    update-status leaves a fresh flanneld alone (facts/restarts.py)."""
+def wait_until_flanneld_is_older_than(cluster: Cluster, machine: str, seconds: float) -> None:
+    """Until flanneld on `machine` has run `seconds` (its own process's age,
+    as the charm counts it)."""
     ages = [Machine().process_age(pid) for pid in cluster.flanneld_pids(machine)]
-    youngest = min((age for age in ages if age is not None), default=GRACE + 1)
-    time.sleep(max(GRACE + 0.5 - youngest, 0))
+    youngest = min((age for age in ages if age is not None), default=seconds)
+    time.sleep(max(seconds - youngest, 0))
+
+
+def wait_past_restart_grace(cluster: Cluster, machine: str) -> None:
+    """Until update-status restarts flanneld on `machine` for what it finds
+    wrong: past the grace it leaves a fresh flanneld (facts/restarts.py)."""
+    wait_until_flanneld_is_older_than(cluster, machine, GRACE + 0.5)

@@ -8,12 +8,13 @@ The charm at af418f6 failed each of them, as its docstring says.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import yaml
-from functional_kit import CHECK_FILE, READY_CHECK_FILE, NrpeApp, deploy_and_wait
+from functional_kit import (CHECK_FILE, READY_CHECK_FILE, NrpeApp, deploy_and_wait,
+                            wait_until_flanneld_is_older_than)
 
+from charms.flannel.facts.flanneld import READY_GRACE
 from sandbox.cluster import CNI_RELATION, NETWORK_PREFIX
 
 # the module's tests share its cluster(s): one pytest-xdist worker runs them all
@@ -110,9 +111,8 @@ def test_the_nagios_check_comes_and_goes_with_nrpe_and_is_written_only_when_it_c
     # A hung flanneld (SIGSTOP: systemd still says active) is not ready: the
     # check goes critical and the unit is not active until it answers again.
     [pid] = cluster.flanneld_pids("m1")
-    # the charm does not ask a flanneld it started less than 10 s ago (READY_GRACE)
-    started = cluster.unit_kv(unit)["flannel.flanneld-started"]
-    time.sleep(max(0.0, started + 11 - time.time()))
+    # the charm does not ask a flanneld that started less than 10 s ago (READY_GRACE)
+    wait_until_flanneld_is_older_than(cluster, "m1", READY_GRACE + 1)
     machine.run(["kill", "-STOP", str(pid)])
     try:
         check = machine.run(ready.split(), check=False)

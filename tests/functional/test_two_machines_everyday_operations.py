@@ -16,7 +16,7 @@ import time
 
 import pytest
 from functional_kit import (all_plugin_bytes, deploy_and_wait, member, plugin_differences,
-                            pods_everywhere, repack_resource)
+                            pods_everywhere, repack_resource, wait_past_restart_grace)
 
 from sandbox.cluster import SUBNET_ENV
 from sandbox.waiting import wait_for
@@ -187,6 +187,8 @@ def test_vxlan_checksum_offload_is_off_and_stays_off_when_the_device_is_made_ane
     m1 = two.machines["m1"]
     m1.run(["ip", "link", "delete", device])
     assert wait_for(lambda: device in m1.links(), 30), f"flanneld did not make {device} anew"
+    # (the routes went with the device: update-status restarts flanneld for them)
+    wait_past_restart_grace(two, "m1")
     two.controller.update_status("flannel")
     two.settle()
     assert tx_checksum(two, "m1", device) == "off"
@@ -374,6 +376,8 @@ def test_etcd_compaction_under_each_flanneld(two, previous_resource):
     two.say(f"   flanneld v0.27.4 after compaction: {previous}")
     assert previous["echoes lost"] == 0, previous
     assert all(n >= 10 for n in previous["compacted lines"].values()), previous
+    for m in MACHINES:
+        wait_past_restart_grace(two, m)
     two.controller.update_status("flannel")
     two.settle()
     for m in MACHINES:
