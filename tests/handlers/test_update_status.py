@@ -91,6 +91,28 @@ def test_a_route_flanneld_never_makes_backs_off_and_says_so(unit):
     assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
 
 
+def test_the_back_off_holds_through_etcd_away_and_other_leases_coming(unit):
+    """A look that cannot see etcd is no sign the cause went; a lease more
+    without a route is the same cause: neither restarts flanneld early."""
+    deployed(unit)
+    unit.put_lease("10.1.7.0/24", "172.31.254.12")
+    unit.now += LATER
+    unit.hook("update-status")
+    assert unit.machine.started() == 2
+    unit.etcd_server.stop()
+    try:
+        unit.now += 120
+        unit.hook("update-status")
+    finally:
+        unit.etcd_server.start()
+    unit.put_lease("10.1.8.0/24", "172.31.254.13")
+    unit.now += 120
+    unit.hook("update-status")
+    assert unit.machine.started() == 2
+    assert unit.status[1].startswith("flanneld has no route to 10.1.7.0/24, 10.1.8.0/24 that "
+                                     "etcd leases: restarted it once, again in 6 min")
+
+
 def test_a_host_gw_node_off_this_network_is_named_and_never_restarted_for(unit):
     """host-gw routes through the other node's own address: a node behind
     a router cannot be routed (the docs call it unsupported), and restarts

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from charms.flannel.facts.diagnosis import (Echoes, Finding, PathProbe, Peer, Route, Verdict,
-                                            diagnose, gateway, icmp_headers, largest_crossing,
-                                            summary)
+                                            diagnose, earlier_lease_of_this_node, gateway,
+                                            icmp_headers, largest_crossing, summary)
 from charms.flannel.facts.options import InvalidOption, parse_options
 
 PEER = Peer(subnet="10.1.52.0/24", public_ip="172.31.254.12", vtep_mac="a6:e9:85:f3:d7:da",
@@ -159,6 +159,35 @@ def test_a_lease_no_unit_holds_whose_node_does_not_answer_is_gone_not_broken(pro
     line = summary([ok, found], [])
     assert line == ("every node reachable: 1 checked; a lease of nodes gone, held by no unit: "
                     "10.1.9.0/24 (etcd drops it in 23 h 53 min)")
+
+
+@pytest.mark.parametrize("probe, status", [
+    (PathProbe(route=None), "broken"),                                  # read from the kernel
+    (PathProbe(route=OVERLAY, fdb=False, neighbour=True), "broken"),
+    # the gateway answers: not a node gone, whatever else is unsure
+    (PathProbe(route=OVERLAY, fdb=True, neighbour=True, node=ALL, gateway=ALL,
+               full_size=Echoes(4, 0)), "unsure"),
+    (black_hole(1354), "broken"),
+])
+def test_a_lease_no_unit_holds_is_gone_only_when_its_gateway_never_answers(probe, status):
+    assert finding(probe, peer=GONE_PEER).status == status
+
+
+def test_an_earlier_lease_of_this_node_s_address_is_gone_and_named_so():
+    found = earlier_lease_of_this_node(GONE_PEER)
+    assert found.status == "gone" and not found.ok
+    assert found.cause == ("an earlier lease of this node's own address 172.31.254.19, not "
+                           "the one flanneld holds now: etcd drops it in 23 h 53 min")
+
+
+def test_a_path_that_fell_silent_meanwhile_the_underlay_too_is_unsure():
+    """An outage of a second or two across the rounds of a question: the
+    baseline asked between them went silent too, so it says nothing of
+    vxlan's port."""
+    probe = PathProbe(route=OVERLAY, fdb=True, neighbour=True, node=Echoes(16, 8),
+                      gateway=NONE, steady=False)
+    found = finding(probe)
+    assert found.status == "unsure" and "fell silent" in found.cause
 
 
 def test_a_lease_no_unit_holds_whose_node_answers_is_checked_like_any_other():

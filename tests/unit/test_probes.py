@@ -10,7 +10,7 @@ import stepkit
 from conftest import open_netns
 
 from charms.flannel.adapters import probes
-from charms.flannel.facts.diagnosis import Echoes, Finding, Peer, Route, diagnose
+from charms.flannel.facts.diagnosis import Echoes, Finding, Peer, Route, Verdict, diagnose
 from charms.flannel.steps import diagnosis
 
 MAC = "a6:e9:85:f3:d7:da"
@@ -103,6 +103,19 @@ def test_from_a_pod_address_the_peer_answers_with_or_without_its_pods_bridge(two
                      "DROP"])
     assert probes.ping(two_nodes, "10.1.2.1", **how) == Echoes(4, 0)
     assert probes.ping(two_nodes, "192.0.2.2", timeout=0.5, count=4) == Echoes(4, 4)
+
+
+def test_a_firewall_s_refusal_is_no_answer_and_a_ping_that_never_ran_is_no_evidence(two_nodes):
+    """An ICMP error counts only when it says the packet arrived (TTL
+    exceeded, no route on): a REJECT's "Packet filtered" is the very drop
+    the pods' path is probed for. A ping that could not send sent nothing."""
+    two_nodes.other(["ip", "addr", "add", "10.1.2.1/24", "dev", "lo"])
+    two_nodes.other(["iptables", "-I", "INPUT", "-s", "10.1.0.0/16", "-j", "REJECT",
+                     "--reject-with", "icmp-admin-prohibited"])
+    assert probes.ping(two_nodes, "10.1.2.1", timeout=0.5, count=4, source="10.1.1.1", ttl=1,
+                       answering=("10.1.2.1", "192.0.2.2")) == Echoes(4, 0)
+    unsent = probes.ping(two_nodes, "10.1.2.1", timeout=0.5, count=4, source="10.9.9.9")
+    assert unsent == Echoes() and unsent.verdict(Echoes(4, 4)) is Verdict.UNSURE
 
 
 # --- one peer's path, measured and judged (steps/diagnosis.py probe_path) ----------------------

@@ -73,7 +73,7 @@ def read_bridge(machine: Machine, name: str = POD_BRIDGE) -> Optional[Bridge]:
             continue
         address = ipaddress.ip_interface(f"{entry['local']}/{entry.get('prefixlen', '')}"
                                          .rstrip("/"))
-        if address.version == 6 and (entry.get("scope") == "link" or address.ip.is_link_local):
+        if address.version == 6 and address.ip.is_link_local:
             continue
         addresses.append(address)
     return Bridge(name=name, addresses=tuple(addresses), mtu=shown[0].get("mtu"))

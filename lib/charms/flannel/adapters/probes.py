@@ -20,8 +20,12 @@ COMMANDS = ("ip", "bridge", "ping")
 
 # echoes of one question leave this far apart (seconds): root's ping allows it
 ECHO_INTERVAL = 0.05
-# "From 10.1.9.1 icmp_seq=2 Time to live exceeded" (IPv6: "Time exceeded: Hop limit")
-_ICMP_ERROR = re.compile(r"^From (\S+?):? icmp_seq=", re.MULTILINE)
+# "From 10.1.9.1 icmp_seq=2 Time to live exceeded" (IPv6: "Time exceeded: Hop
+# limit"), or the peer's word that it has no route on: the packet reached it
+# and the error came back. Not "Packet filtered" and its kin: a firewall's.
+_ICMP_ERROR = re.compile(r"^From (\S+?):? icmp_seq=\d+ (?:Time to live exceeded|Time exceeded"
+                         r"|Destination (?:Net|Host) Unreachable|Destination unreachable: "
+                         r"(?:No route|Address unreachable))", re.MULTILINE)
 _STATISTICS = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
 
 
@@ -52,17 +56,17 @@ def ping(machine: Machine, address: str, *, timeout: float, size: Optional[int] 
     try:
         done = machine.run(argv + [address], check=False)
     except (OSError, subprocess.SubprocessError):
-        return Echoes(count, 0)
+        return Echoes()   # nothing sent: no evidence either way
     text = done.stdout + done.stderr
     if "message too long" in text.lower():
         return Echoes(count, 0, refused=True)
     statistics = _STATISTICS.search(done.stdout)
     if statistics is None:   # ping did not get as far as sending (no route, bad source)
-        return Echoes(count, 0)
+        return Echoes()
     sent, answered = int(statistics.group(1)), int(statistics.group(2))
     errors = set(answering)
     answered += sum(1 for origin in _ICMP_ERROR.findall(done.stdout) if origin in errors)
-    return Echoes(max(sent, count), min(answered, max(sent, count)))
+    return Echoes(sent, min(answered, sent))
 
 
 def _json(machine: Machine, argv: list[str]) -> Optional[list]:

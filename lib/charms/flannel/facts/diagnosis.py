@@ -17,9 +17,12 @@ A lost echo is evidence, not a verdict: networks lose packets. Every
 question is asked with several echoes, and "nothing crossed" counts only
 when chance cannot explain it: when a path that loses as many echoes as the
 node's own address lost (its baseline) would lose all of them less than
-once in a thousand times, and never on fewer than sixteen echoes
-(`Echoes.verdict`). Until then more echoes are sent; what stays
-unexplained is said to be unknown, never given a cause.
+once in ten thousand times, and never on fewer than sixteen echoes
+(`Echoes.verdict`); that counts echoes as lost each on its own, so the
+baseline is asked again between the rounds of a question that gets no
+answer, and an outage of the whole path (the baseline silent too) makes
+the answer unknown (`PathProbe.steady`). Until then more echoes are sent;
+what stays unexplained is said to be unknown, never given a cause.
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ DEFAULT_VXLAN_PORT = 8472
 ECHOES = 4
 MORE_ECHOES = 12
 # A verdict that nothing crossed stands when chance would explain it less
-# often than this.
-CHANCE = 0.001
+# often than this (once in ten thousand: a run asks dozens of questions).
+CHANCE = 0.0001
 # Nothing crossed is a verdict only after this many echoes: a baseline of
 # four answered echoes says little of a path's loss.
 LOST_AFTER = ECHOES + MORE_ECHOES
@@ -155,6 +158,9 @@ class PathProbe:
     # was lost, in a second round (None: no edge searched, or not sure)
     edge_confirmed: Optional[bool] = None
     too_large_refused: Optional[bool] = None   # vxlan: one byte over the MTU was refused here
+    # every round of a question that got no answer had its baseline answer
+    # between its echoes: no outage of the whole path in the meantime
+    steady: bool = True
 
     @property
     def evidence(self) -> str:
@@ -240,20 +246,34 @@ def mtu_advice(largest: int, ipv6: bool) -> str:
 def diagnose(peer: Peer, probe: PathProbe, *, pod_mtu: int, vxlan_link: Optional[str],
              vxlan_port: int = 0) -> Finding:
     """The first thing wrong on the way to `peer`, or ok. A lease that no
-    unit holds whose way fails is a removed node's (flannel's units name
-    themselves beside their lease): gone, not broken."""
+    unit holds, where this node routes but the node's gateway never answers,
+    is a removed node's (flannel's units name themselves beside their
+    lease): gone, not broken."""
     found = _diagnose(peer, probe, pod_mtu=pod_mtu, vxlan_link=vxlan_link,
                       vxlan_port=vxlan_port)
-    if found.status in (BROKEN, UNSURE) and peer.unit is None:
+    silent = probe.route is not None and probe.gateway.verdict(probe.node) is not Verdict.CROSSED
+    if peer.unit is None and found.status in (BROKEN, UNSURE) and silent and \
+            probe.fdb is not False and probe.neighbour is not False:
         left = (f"; etcd drops it in {duration(peer.expires_in)}"
                 if peer.expires_in is not None else "")
         return Finding(peer, found.gateway, GONE,
                        "no flannel unit holds this lease and its node does not answer through "
-                       f"flannel ({found.cause}): a node removed, whose lease lives on{left} "
+                       f"flannel ({found.evidence}): a node removed, whose lease lives on{left} "
                        "(or a unit that has not named itself yet: each does at its first "
                        "update-status after leasing)", found.largest, found.evidence,
                        lossy=found.lossy)
     return found
+
+
+def earlier_lease_of_this_node(peer: Peer) -> Finding:
+    """A lease that names one of this node's own addresses but is not the
+    one flanneld holds now: an earlier one (another network, another
+    subnet length), left to expire. Not probed: it would be this node."""
+    left = (f": etcd drops it in {duration(peer.expires_in)}"
+            if peer.expires_in is not None else "")
+    return Finding(peer, peer.public_ip, GONE,
+                   f"an earlier lease of this node's own address {peer.public_ip}, not the "
+                   f"one flanneld holds now{left}")
 
 
 def _diagnose(peer: Peer, probe: PathProbe, *, pod_mtu: int, vxlan_link: Optional[str],
@@ -287,6 +307,9 @@ def _diagnose(peer: Peer, probe: PathProbe, *, pod_mtu: int, vxlan_link: Optiona
     if overlay and probe.neighbour is False:
         return broken(f"{vxlan_link} has no neighbour entry for {via} with {node}'s VTEP "
                       f"{peer.vtep_mac}: flanneld has not programmed it (restart flanneld)")
+    if not probe.steady:
+        return unsure(f"the way to {node}: it fell silent for a while, the underlay too, "
+                      "while it was asked")
     node_verdict = probe.node.verdict()
     gateway_verdict = probe.gateway.verdict(probe.node)
     if gateway_verdict is not Verdict.CROSSED:

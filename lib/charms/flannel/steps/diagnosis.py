@@ -15,7 +15,8 @@ from typing import Callable, Optional
 
 from ..adapters import probes
 from ..facts.diagnosis import (BROKEN, ECHOES, MORE_ECHOES, Echoes, Finding, PathProbe, Peer,
-                               Verdict, diagnose, gateway, largest_crossing, summary)
+                               Verdict, diagnose, earlier_lease_of_this_node, gateway,
+                               largest_crossing, summary)
 from ..facts.etcd_keys import EtcdUnavailable, Lease
 from ..facts.netconfig import VXLAN
 from ..facts.paths import SERVICE_NAME
@@ -134,23 +135,30 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         v6_link = confirmed.vxlan_v6_link
         return v6_link, min(lease.mtu, link_mtus.get(v6_link) or lease.mtu)
 
-    paths = [path_of(peer) for peer in peers]
+    # a lease naming one of this node's addresses is an earlier one of its own
+    here = {str(address.ip) for link in ctx.links for address in link.addresses}
+    earlier = {peer.subnet: earlier_lease_of_this_node(peer) for peer in peers
+               if peer.public_ip in here}
+    probed = [peer for peer in peers if peer.subnet not in earlier]
+    paths = [path_of(peer) for peer in probed]
 
     def measure(peer: Peer, path: tuple[Optional[str], int]) -> PathProbe:
         source = own_addresses.get(6 if ":" in peer.subnet else 4)
         return probe_path(ctx, peer, *path, timeout, pod_source=source)
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
-        probed = list(pool.map(measure, peers, paths))
-    report.findings = [diagnose(peer, found, pod_mtu=mtu, vxlan_link=link,
-                                vxlan_port=confirmed.backend.port)
-                       for peer, found, (link, mtu) in zip(peers, probed, paths)]
+        measured = list(pool.map(measure, probed, paths))
+    found_ways = {peer.subnet: diagnose(peer, way, pod_mtu=mtu, vxlan_link=link,
+                                        vxlan_port=confirmed.backend.port)
+                  for peer, way, (link, mtu) in zip(probed, measured, paths)}
+    report.findings = [earlier.get(peer.subnet) or found_ways[peer.subnet] for peer in peers]
     return report
 
 
 class Asker:
     """Echoes to one peer, a question at a time: ECHOES of them, and while
-    nothing came back but chance could explain it, MORE_ECHOES more (and
-    more of the baseline, when it lost some too)."""
+    nothing came back, MORE_ECHOES more in rounds, each after a few echoes
+    of the question's baseline (its last answer, asked again), so that an
+    outage of the whole path is not taken for one part of it."""
 
     def __init__(self, ctx: HookContext, timeout: float):
         self.machine, self.timeout = ctx.machine, timeout
@@ -158,12 +166,21 @@ class Asker:
     def echoes(self, address: str, count: int = ECHOES, **how) -> Echoes:
         return probes.ping(self.machine, address, timeout=self.timeout, count=count, **how)
 
-    def ask(self, address: str, baseline: Callable[[], Echoes], **how) -> tuple[Echoes, Echoes]:
-        """(the echoes to `address`, the baseline they were judged against)."""
-        asked, base = self.echoes(address, **how), baseline()
-        if asked.verdict(base) is Verdict.UNSURE:
-            asked = asked + self.echoes(address, MORE_ECHOES, **how)
-        return asked, base
+    def ask(self, address: str, baseline: Echoes, again: Callable[[int], Echoes],
+            **how) -> tuple[Echoes, Echoes, bool]:
+        """(the echoes to `address`, the baseline with its echoes asked
+        again between rounds, whether the baseline answered in every round
+        as it had before)."""
+        asked, steady = self.echoes(address, **how), True
+        answering = bool(baseline.answered)
+        for _ in range(MORE_ECHOES // ECHOES):
+            if asked.verdict(baseline) is not Verdict.UNSURE:
+                break
+            between = again(ECHOES)
+            steady = steady and bool(between.answered) == answering
+            baseline = baseline + between
+            asked = asked + self.echoes(address, **how)
+        return asked, baseline, steady
 
 
 def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu: int,
@@ -184,43 +201,44 @@ def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu:
             return PathProbe(route=route, fdb=fdb, neighbour=neighbour)
     asker = Asker(ctx, timeout)
     node = asker.echoes(peer.public_ip)
+    if not node.answered:   # silent so far: more before it counts as down
+        node = node + asker.echoes(peer.public_ip, MORE_ECHOES)
     seen = {"route": route, "fdb": fdb, "neighbour": neighbour}
-
-    def node_baseline() -> Echoes:
-        """The node's own echoes, sent more of while they too lost some."""
-        nonlocal node
-        if node.lost and node.sent < ECHOES + MORE_ECHOES:
-            node = node + asker.echoes(peer.public_ip, MORE_ECHOES)
-        return node
     if target == peer.public_ip:
-        gateway_echoes = node
-        if node.verdict() is Verdict.UNSURE:
-            gateway_echoes = node = node_baseline()
+        gateway_echoes, steady = node, True
     else:
-        gateway_echoes, node = asker.ask(target, node_baseline)
-    if gateway_echoes.verdict(node) is not Verdict.CROSSED:
-        return PathProbe(**seen, node=node, gateway=gateway_echoes)
+        gateway_echoes, node, steady = asker.ask(
+            target, node, lambda count: asker.echoes(peer.public_ip, count))
     seen.update(node=node, gateway=gateway_echoes)
+    if gateway_echoes.verdict(node) is not Verdict.CROSSED or not steady:
+        return PathProbe(**seen, steady=steady)
+
+    def ask(**how) -> tuple[Echoes, bool]:
+        """A question judged against the gateway's plain echoes, asked again
+        between its rounds (and kept in seen["gateway"])."""
+        asked, baseline, steady = asker.ask(
+            how.pop("address", target), seen["gateway"],
+            lambda count: asker.echoes(target, count), **how)
+        seen["gateway"] = baseline
+        return asked, steady
     if not overlay and pod_source is not None:
         # TTL 1: the peer answers from its pods' bridge, or, without one, with
         # a TTL exceeded; either way back to a pod-network address
-        pod_path, _ = asker.ask(peer.pod_gateway, lambda: gateway_echoes, source=pod_source,
-                                ttl=1, answering=(peer.pod_gateway, peer.public_ip))
+        pod_path, steady = ask(address=peer.pod_gateway, source=pod_source, ttl=1,
+                               answering=(peer.pod_gateway, peer.public_ip))
         seen.update(pod_path=pod_path, pod_source=pod_source)
-        if pod_path.verdict(gateway_echoes) is not Verdict.CROSSED:
-            return PathProbe(**seen)
+        if pod_path.verdict(seen["gateway"]) is not Verdict.CROSSED or not steady:
+            return PathProbe(**seen, steady=steady)
 
     def crosses(size: int) -> Optional[bool]:
-        asked, _ = asker.ask(target, lambda: gateway_echoes, size=size)
-        verdict = asked.verdict(gateway_echoes)
-        return None if verdict is Verdict.UNSURE else verdict is Verdict.CROSSED
-    full_size, _ = asker.ask(target, lambda: gateway_echoes, size=pod_mtu)
+        asked, steady = ask(size=size)
+        verdict = asked.verdict(seen["gateway"])
+        return None if verdict is Verdict.UNSURE or not steady else verdict is Verdict.CROSSED
+    full_size, steady = ask(size=pod_mtu)
     seen.update(full_size=full_size)
-    full = full_size.verdict(gateway_echoes)
-    if full is Verdict.REFUSED:
-        return PathProbe(**seen)
-    if full is Verdict.UNSURE:
-        return PathProbe(**seen)
+    full = full_size.verdict(seen["gateway"])
+    if full in (Verdict.REFUSED, Verdict.UNSURE) or not steady:
+        return PathProbe(**seen, steady=steady)
     if full is Verdict.LOST:
         # the edge found, then seen again: a loss inside the search moves it
         largest = largest_crossing(crosses, min(PLAIN_PING, pod_mtu), pod_mtu - 1)
@@ -230,7 +248,10 @@ def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu:
     # through the vxlan device a pod's packet one byte too large must be
     # refused here (not sent: no loss to judge); a direct route's interface
     # is larger than the pods' MTU
-    refused = asker.echoes(target, 1, size=pod_mtu + 1).refused if overlay else None
+    refused = None
+    if overlay:
+        over = asker.echoes(target, 1, size=pod_mtu + 1)
+        refused = over.refused if over.sent or over.refused else None
     return PathProbe(**seen, largest=pod_mtu, too_large_refused=refused)
 
 
@@ -278,7 +299,9 @@ def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
         """Whether the node answers: a lost echo or two is no "no"."""
         if held.subnet == own or not held.public_ip or not can_ping:
             return None
-        echoes, _ = asker.ask(held.public_ip, Echoes)
+        echoes = asker.echoes(held.public_ip)
+        if not echoes.answered:
+            echoes = echoes + asker.echoes(held.public_ip, MORE_ECHOES)
         return echoes.verdict() is Verdict.CROSSED
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         answered = list(pool.map(answers, [held for held, _ in lifetimes]))

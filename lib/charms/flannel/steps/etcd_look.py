@@ -88,8 +88,9 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
     unrouted = ()
     if view.lease and view.subnets:   # flanneld runs on its lease: does it route the others?
         unrouted = unrouted_subnets(view.subnets, lease_of.partition("&")[0], ctx.routes(4))
-    unnamed = bool(view.lease) and view.unit_record != unit_record(
-        ctx.juju.unit, lease_of, view.lease_public_ip or "")
+    # (a lease of no address names no holder: nothing to write)
+    unnamed = bool(view.lease and view.lease_public_ip) and view.unit_record != unit_record(
+        ctx.juju.unit, lease_of, view.lease_public_ip)
     return EtcdHealth(answered=view.endpoint, config_missing=view.config is None,
                       lost_lease=lease_of if view.lease is False else None, unrouted=unrouted,
                       leases=view.leases, unnamed=unnamed)
@@ -117,8 +118,9 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
         out.found(Problem.UNROUTABLE, unroutable_text(unroutable))
         seen = dataclasses.replace(seen, unrouted=tuple(
             subnet for subnet in seen.unrouted if subnet not in unroutable))
-    cause = restart_cause(ctx, seen, flanneld_started and full is None)
-    restart_flanneld(ctx, cause, out)
+    cause = restart_cause(ctx, seen, flanneld_started, full is not None)
+    if cause is not None or seen.problem is None:   # (etcd away: the back-off stands)
+        restart_flanneld(ctx, cause, out)
     if ctx.state.v2_network_seen and seen.problem is None:
         finish_v2_move(ctx, etcd.connection_string, out)
     if seen.problem is None:
@@ -126,16 +128,17 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     return out
 
 
-def restart_cause(ctx: HookContext, seen: EtcdHealth, leasing: bool
+def restart_cause(ctx: HookContext, seen: EtcdHealth, flanneld_started: bool, full: bool
                   ) -> Optional[restarts.Cause]:
-    """What a restart of flanneld would mend, if anything (`leasing`:
-    flanneld was started on its inputs and a subnet is free for it)."""
-    if seen.lost_lease:
+    """What a restart of flanneld would mend, if anything (`full`: the
+    network is out of subnets, which no restart mends). A cause is keyed by
+    its kind: the back-off holds while the leases it names come and go."""
+    if seen.lost_lease and not full:
         return restarts.Cause("lost-lease", f"etcd lost this node's lease of {seen.lost_lease}")
     if seen.unrouted:
         subnets = ", ".join(seen.unrouted)
-        return restarts.Cause(f"unrouted {subnets}",
-                              f"flanneld has no route to {subnets} that etcd leases")
+        return restarts.Cause("unrouted", f"flanneld has no route to {subnets} that etcd leases")
+    leasing = flanneld_started and not full
     if seen.problem is None and leasing and without_subnet_env(ctx):
         return restarts.Cause("no-subnet-env",
                               f"flanneld has written no {ctx.paths.subnet_env} since it started")
@@ -163,10 +166,12 @@ def restart_flanneld(ctx: HookContext, cause: Optional[restarts.Cause], out: Out
 
 def out_of_subnets(ctx: HookContext, seen: EtcdHealth) -> Optional[str]:
     """Why flanneld can lease nothing, when every subnet of the network is
-    leased and this node holds none (flanneld exits "out of subnets", and
-    systemd starts it again every five seconds until a lease expires)."""
+    leased and this node holds none in etcd (whatever a stale subnet.env
+    says): flanneld exits "out of subnets", and systemd starts it again
+    every five seconds until a lease expires."""
     confirmed = ctx.confirmed
-    if confirmed is None or seen.leases is None or own_lease(ctx) is not None:
+    holds = own_lease(ctx) is not None and not seen.lost_lease
+    if confirmed is None or seen.leases is None or holds:
         return None
     held, room = confirmed.subnets_held(seen.leases.subnets), confirmed.leasable
     if held < room:
