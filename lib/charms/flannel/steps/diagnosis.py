@@ -231,17 +231,23 @@ def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu:
             return PathProbe(**seen, steady=steady)
 
     def crosses(size: int) -> Optional[bool]:
+        """Whether packets of `size` cross, on full evidence (None: unsure)."""
         asked, steady = ask(size=size)
         verdict = asked.verdict(seen["gateway"])
         return None if verdict is Verdict.UNSURE or not steady else verdict is Verdict.CROSSED
+
+    def seems_to_cross(size: int) -> bool:
+        """One round, for the search: the edge it finds is asked again in full."""
+        return bool(asker.echoes(target, size=size).answered)
     full_size, steady = ask(size=pod_mtu)
     seen.update(full_size=full_size)
     full = full_size.verdict(seen["gateway"])
     if full in (Verdict.REFUSED, Verdict.UNSURE) or not steady:
         return PathProbe(**seen, steady=steady)
     if full is Verdict.LOST:
-        # the edge found, then seen again: a loss inside the search moves it
-        largest = largest_crossing(crosses, min(PLAIN_PING, pod_mtu), pod_mtu - 1)
+        # the edge found, then seen again in full: a loss inside the search
+        # moves it, and the size above it then crosses
+        largest = largest_crossing(seems_to_cross, min(PLAIN_PING, pod_mtu), pod_mtu - 1)
         confirmed = largest is not None and crosses(largest) is True and \
             crosses(largest + 1) is False
         return PathProbe(**seen, largest=largest, edge_confirmed=confirmed or None)
