@@ -64,6 +64,7 @@ from sandbox.etcd import EtcdServer
 from sandbox.juju import (Controller, EtcdApp, KubernetesWorkerApp, OpsKubernetesControlPlaneApp,
                           OpsKubernetesWorkerApp)
 from sandbox.juju.apps import CNI_PLUGINS
+from sandbox.juju.controller import JUJU_VERSION
 from sandbox.kubernetes import Kubernetes
 from sandbox import ubuntu
 from sandbox.machine import Machine
@@ -232,7 +233,7 @@ class Cluster:
                  worker_generation: str = "reactive", control_plane: bool = False,
                  routed_workers: int = 0, etcd_v2: bool = False, auto_retry: bool = True,
                  worker_runtime_ready: bool = True, kubernetes: bool = False,
-                 series: Optional[str] = None, label: str = "",
+                 series: Optional[str] = None, juju: str = JUJU_VERSION, label: str = "",
                  say: Callable[[str], None] = lambda _: None, workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
             raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
@@ -262,6 +263,9 @@ class Cluster:
         # the Ubuntu release every machine claims, whose python3 runs the
         # hooks: given, else picked by the label (ubuntu.series_for)
         self.series = series or ubuntu.series_for(label)
+        # the Juju the controller plays (sandbox/juju/versions.py): 3.6, or
+        # 4.0, which deploys and refreshes the packed charm only
+        self.juju = juju
         self.kubernetes: Optional[Kubernetes] = None
         self.say = say
         self.timings = Timings()
@@ -344,7 +348,7 @@ class Cluster:
             " and kubernetes-control-plane" if self.with_control_plane else "")
         with self.timings.phase(f"deploy etcd, {principals}", self.say):
             self.controller = Controller(self.workdir / "model", seed=self.seed,
-                                         auto_retry=self.auto_retry)
+                                         auto_retry=self.auto_retry, juju_version=self.juju)
             if self.seed is not None:
                 self.say(f"   hook order: seed {self.seed} "
                          f"({SEED_ENV}={self.seed} plays it again)")
@@ -421,13 +425,25 @@ class Cluster:
     def deploy_flannel(self, config: Optional[dict] = None, *, charm_dir: Optional[Path] = None,
                        resource: Optional[Path] = None) -> None:
         with self.timings.phase("deploy flannel and relate it", self.say):
-            self.controller.deploy(FLANNEL, charm_dir or self.charm_dir, config=config or {},
+            self.controller.deploy(FLANNEL, self.deployable(charm_dir or self.charm_dir),
+                                   config=config or {},
                                    resources={self.resource_name: resource or self.resource})
             self.controller.add_relation(*ETCD_RELATION)
             self.controller.add_relation(*CNI_RELATION)
             if self.control_plane_app is not None:
                 self.controller.add_relation(*CONTROL_PLANE_CNI_RELATION)
             self.settle()
+
+    def deployable(self, charm_dir: Path) -> Path:
+        """What `juju deploy` and `juju refresh --path` are given: the charm
+        directory, or where this Juju deploys packed charms only (4.0) the
+        `.charm` scripts/build-charm packed beside it."""
+        if self.controller.rules.deploys_directories or not Path(charm_dir).is_dir():
+            return Path(charm_dir)
+        packed = Path(charm_dir).with_suffix(".charm")
+        if not packed.is_file():
+            raise ClusterError(f"Juju {self.juju} deploys a packed charm: no {packed}")
+        return packed
 
     @property
     def resource_name(self) -> str:
@@ -488,7 +504,8 @@ class Cluster:
 
     def upgrade_flannel(self, resource: Path, charm_dir: Optional[Path] = None) -> None:
         """`juju refresh flannel [--path DIR] --resource flannel-<arch>=TARBALL`."""
-        self.controller.upgrade_charm(FLANNEL, charm_dir,
+        self.controller.upgrade_charm(FLANNEL,
+                                      charm_dir and self.deployable(charm_dir),
                                       resources={self.resource_name: resource})
         self.settle()
 

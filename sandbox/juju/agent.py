@@ -95,9 +95,11 @@ class ToolsInstaller:
     and one symlink to it per tool, as Juju lays out a unit's tools
     directory, plus the fake jujud."""
 
-    def __init__(self, staging_dir: str, juju_version: str, series="ubuntu", arch="amd64"):
+    def __init__(self, staging_dir: str, juju_version: str, series="ubuntu", arch="amd64",
+                 removed=frozenset()):
         self.staging = staging_dir
         self.juju_version = juju_version
+        self.removed = frozenset(removed)   # tools this Juju does not have (versions.py)
         self.jujud_version = f"{juju_version}-{series}-{arch}"
         self.jujud_path = os.path.join(os.path.dirname(staging_dir), "jujud")
 
@@ -109,7 +111,8 @@ class ToolsInstaller:
         os.makedirs(self.staging)
         build_client(os.path.join(self.staging, "jujuc"))
         for name in TOOLS:
-            os.symlink("jujuc", os.path.join(self.staging, name))
+            if name not in self.removed:
+                os.symlink("jujuc", os.path.join(self.staging, name))
         with open(self.jujud_path, "w", encoding="utf-8") as f:
             f.write("#!/bin/sh\n"
                     "# fake jujud: charmhelpers runs `jujud version` to learn Juju's version\n"
@@ -126,13 +129,14 @@ class UnitAgent:
 
     def __init__(self, state: _model.StateFile, run_dir: str, tools: ToolsInstaller,
                  socket_path: str, timeout: float = DEFAULT_TIMEOUT,
-                 extra_env: dict | None = None):
+                 extra_env: dict | None = None, metering_env: bool = True):
         self.state = state
         self.socket_path = socket_path
         self.run_dir = run_dir
         self.tools = tools
         self.timeout = timeout
         self.extra_env = dict(extra_env or {})
+        self.metering_env = metering_env   # JUJU_SLA, JUJU_METER_* (gone in Juju 4)
         os.makedirs(run_dir, exist_ok=True)
 
     # -- file operations in the machine --------------------------------------------
@@ -232,6 +236,9 @@ class UnitAgent:
             "JUJU_METER_INFO": "",
             _model.STATE_ENV: self.state.path,
         }
+        if not self.metering_env:
+            for k in ("JUJU_SLA", "JUJU_METER_STATUS", "JUJU_METER_INFO"):
+                del env[k]
         if rel_env.get("JUJU_RELATION_ID"):
             for k in ("JUJU_RELATION", "JUJU_RELATION_ID", "JUJU_REMOTE_UNIT", "JUJU_REMOTE_APP"):
                 env[k] = rel_env.get(k) or ""

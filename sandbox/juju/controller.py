@@ -54,6 +54,7 @@ from .operations import (ModelOperations, coerce_config, endpoints_from_metadata
                          split_endpoint)
 from .scheduler import HookScheduler, SettleError, apply_changes  # noqa: F401
 from .status import format_status as _format_status, model_status
+from .versions import rules_for
 
 JUJU_VERSION = "3.6.4"
 PARALLEL_ENV = "SANDBOX_JUJU_PARALLEL"
@@ -85,14 +86,16 @@ class Controller(ModelOperations, HookScheduler):
             open(p, "w").close()
         self.state.create(_model.new_state(model_name, str(uuid.uuid4()), juju_version,
                                            self.logs_dir, self.tools_log_path))
+        # what this Juju does differently (versions.py): 3.x, or 4.0
+        self.rules = rules_for(juju_version)
         self.tools = ToolsInstaller(os.path.join(self.state_dir, "tools"), juju_version,
-                                    arch=arch)
+                                    arch=arch, removed=self.rules.removed_tools)
         self.tools.build()
         # the hook tools' calls run here, in this process (until close())
         self.agent_socket = AgentSocket(os.path.join(self.state_dir, "agent.socket")).start()
         self.agent = UnitAgent(self.state, os.path.join(self.state_dir, "run"), self.tools,
                                self.agent_socket.path, timeout=hook_timeout,
-                               extra_env=extra_env)
+                               extra_env=extra_env, metering_env=self.rules.metering_env)
         self.executors: dict[str, object] = {}
         self.emulated: dict[str, object] = {}
         self.queue: list[dict] = []

@@ -17,12 +17,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
+import zipfile
 
 from .. import ubuntu
 from . import model as _model
 from .executors import MachineExecutor, as_executor
 from .hooktools import append_unit_log
 from .model import Model, ModelError, timestamp as _now
+from .versions import SERIES_UPGRADE_HOOKS, manifest_problem
 
 
 def _yaml_load(path):
@@ -99,7 +101,7 @@ class ModelOperations:
             return self._deploy_emulated(app, to=to, address=address)
         if charm_dir is None:
             raise ModelError("deploy needs a charm directory")
-        charm_dir = os.path.abspath(os.fspath(charm_dir))
+        charm_dir = self._charm_source(app, charm_dir)
         meta = _yaml_load(os.path.join(charm_dir, "metadata.yaml"))
         cfg_path = os.path.join(charm_dir, "config.yaml")
         options = (_yaml_load(cfg_path).get("options") or {}) if os.path.exists(cfg_path) else {}
@@ -136,6 +138,35 @@ class ModelOperations:
         for mid in self._placement(to, num_units):
             self._add_unit(app, mid)
         return app
+
+    def _charm_source(self, app: str, path) -> str:
+        """The directory a charm is deployed from: a packed `.charm` (a zip)
+        unpacked in the controller's state, or (before Juju 4) a charm
+        directory; refused, as this Juju refuses it, otherwise."""
+        path = os.path.abspath(os.fspath(path))
+        if os.path.isdir(path):
+            if not self.rules.deploys_directories:
+                raise ModelError(f"Juju {self.rules.version} deploys a packed charm only, not "
+                                 f"the directory {path}: pack it (charmcraft pack)")
+            charm_dir = path
+        else:
+            charm_dir = os.path.join(self.state_dir, "charms", f"{app}-{uuid.uuid4().hex[:8]}")
+            try:
+                with zipfile.ZipFile(path) as packed:
+                    packed.extractall(charm_dir)
+                    for info in packed.infolist():   # zip keeps the mode in the high bits
+                        mode = info.external_attr >> 16
+                        if mode:
+                            os.chmod(os.path.join(charm_dir, info.filename), mode & 0o7777)
+            except (OSError, zipfile.BadZipFile) as error:
+                raise ModelError(f"cannot read the charm {path}: {error}") from None
+        if self.rules.needs_manifest_bases:
+            manifest = os.path.join(charm_dir, "manifest.yaml")
+            problem = manifest_problem(_yaml_load(manifest) if os.path.exists(manifest)
+                                       else None)
+            if problem:
+                raise ModelError(f"invalid charm {path}: {problem}")
+        return charm_dir
 
     def _deploy_emulated(self, obj, *, to=None, address=None) -> str:
         name = obj.name
@@ -474,7 +505,7 @@ class ModelOperations:
         with self.state.transaction() as data:
             a = Model(data).app(app)
             if charm_dir is not None:
-                charm_dir = os.path.abspath(os.fspath(charm_dir))
+                charm_dir = self._charm_source(app, charm_dir)
                 meta = _yaml_load(os.path.join(charm_dir, "metadata.yaml"))
                 cfg_path = os.path.join(charm_dir, "config.yaml")
                 options = ((_yaml_load(cfg_path).get("options") or {})
@@ -539,6 +570,9 @@ class ModelOperations:
         one unit, as Juju would for some outside event."""
         if "-relation-" in hook:
             raise ModelError("relation hooks follow relation changes; use the relation operations")
+        if hook in SERIES_UPGRADE_HOOKS and not self.rules.series_upgrade:
+            raise ModelError(f"Juju {self.rules.version} has no {hook} hook: `juju "
+                             "upgrade-machine` is gone (a new machine of the new base instead)")
         self.unit(unit)
         self._enqueue({"unit": unit, "op": "hook", "hook": hook})
 
@@ -637,7 +671,8 @@ class ModelOperations:
         spec = (_yaml_load(spec_path) if os.path.exists(spec_path) else {}).get(action)
         if spec is None:
             raise ModelError(f'action "{action}" not defined on unit "{unit}"')
-        values = action_params(action, spec, params or {})
+        values = action_params(action, spec, params or {},
+                               extra_allowed=self.rules.actions_allow_extra_params)
         context_id = f"{unit}-{action}-{uuid.uuid4().int % 10**18}"
         with self.state.transaction() as data:
             data["contexts"][context_id] = {
@@ -738,14 +773,15 @@ JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float),
               "boolean": (bool,), "array": (list,), "object": (dict,)}
 
 
-def action_params(action: str, spec: dict, given: dict) -> dict:
+def action_params(action: str, spec: dict, given: dict, *, extra_allowed: bool = True) -> dict:
     """The parameters an action runs with: `given` checked against its
-    actions.yaml schema (types, enum, required, additionalProperties), the
+    actions.yaml schema (types, enum, required, additionalProperties, whose
+    default is `extra_allowed`: true before Juju 4, false since), the
     schema's defaults filled in."""
     props = (spec or {}).get("params") or {}
     values = {}
     for key, value in given.items():
-        if key not in props and spec.get("additionalProperties", True) is False:
+        if key not in props and spec.get("additionalProperties", extra_allowed) is False:
             raise ModelError(f'action "{action}": additional property "{key}" is not allowed')
         schema = props.get(key) or {}
         kind = schema.get("type")

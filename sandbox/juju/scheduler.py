@@ -290,9 +290,12 @@ class HookScheduler:
             self._replace(entry, new)
         elif op == "leader":
             m = self.model()
-            hook = "leader-elected" if m.app(m.unit(unit)["app"])["leader"] == unit \
-                else "leader-settings-changed"
-            self._replace(entry, [{"unit": unit, "op": "hook", "hook": hook}])
+            leader = m.app(m.unit(unit)["app"])["leader"] == unit
+            if leader or self.rules.leader_settings_changed:
+                hook = "leader-elected" if leader else "leader-settings-changed"
+                self._replace(entry, [{"unit": unit, "op": "hook", "hook": hook}])
+            else:   # Juju 4: no leader settings, no leader-settings-changed
+                self._drop(entry)
         elif op == "enter-scopes":
             with self.state.transaction() as data:
                 m = Model(data)
@@ -330,7 +333,8 @@ class HookScheduler:
             addr = m.unit_address(unit)
             bag = rel["unit-data"].setdefault(unit, {})
             if addr:
-                bag.setdefault("private-address", addr)
+                if self.rules.seeds_private_address:   # (not Juju 4)
+                    bag.setdefault("private-address", addr)
                 bag.setdefault("ingress-address", addr)
                 bag.setdefault("egress-subnets", f"{addr}/32")
             for v in self._counterparts(m, rel, unit):

@@ -1,4 +1,5 @@
-"""The operator's actions on a real two-node overlay: `juju run flannel/0
+"""On Juju 4.0 (the sandbox's 4.0 mode): the user's remove/add scenario, a
+refresh and the operator's actions on a real two-node overlay: `juju run flannel/0
 check-network` says ok on a healthy cluster and on one that loses a share
 of its packets and, for each fault operators meet (vxlan's port dropped by
 the network, a path narrower than the MTU, a route gone, a lease gone from
@@ -13,15 +14,23 @@ import re
 import tarfile
 
 import pytest
-from functional_kit import assert_hooks_run_with_the_base_python, deploy_and_wait
+from functional_kit import (assert_hooks_run_with_the_base_python, delete_pods, deploy_and_wait,
+                            play_remove_add)
+
+from sandbox.cluster import CNI_RELATION, FLANNEL
 
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("actions")]
 
 
+# The module's cluster plays Juju 4.0 (sandbox/juju/versions.py): the packed
+# charm deployed and refreshed, no leader-get/leader-set, no private-address
+JUJU_4 = "4.0.15"
+
+
 @pytest.fixture(scope="module")
 def cluster(open_cluster):
-    with open_cluster("actions", workers=2) as opened:
-        deploy_and_wait(opened)
+    with open_cluster("actions", workers=2, juju=JUJU_4) as opened:
+        opened.plugins_before = deploy_and_wait(opened)
         opened.controller.update_status()   # where a unit names itself beside its lease
         opened.settle()
         yield opened
@@ -29,6 +38,39 @@ def cluster(open_cluster):
 
 def test_hooks_run_with_the_python3_of_the_base_the_machines_claim(cluster):
     assert_hooks_run_with_the_base_python(cluster)
+
+
+def test_the_user_scenario_on_juju_4(cluster):
+    """LP #1866869's remove/add on Juju 4.0, deployed from the packed charm:
+    what the bug broke (the worker's plugins, new pods) holds, flannel
+    leaves nothing, and no hook relied on what 4.0 took away."""
+    assert cluster.controller.rules.major == 4
+    assert str(cluster.controller.model().app(FLANNEL)["charm-dir"]).startswith(
+        str(cluster.workdir)), "not deployed from the packed charm"
+    rid = cluster.controller.relation_id(*CNI_RELATION)
+    assert "private-address" not in cluster.controller.relation_data(rid, cluster.unit_on("m1"))
+    run = play_remove_add(cluster, cluster.plugins_before, cluster.say, label="juju 4: ")
+    assert run.units_after_remove == [] and run.flanneld_after_remove == {"m1": [], "m2": []}
+    assert run.leftovers_after_remove == {"m1": [], "m2": []}, run.leftovers_after_remove
+    assert run.files_after_remove == {"m1": [], "m2": []}, run.files_after_remove
+    assert not run.readd_status, run.readd_status
+    assert all(p.address for p in run.new_pods), "; ".join(map(str, run.new_pods))
+    assert run.all_plugin_changes() == [], run.all_plugin_changes()
+    assert cluster.failed_hooks() == []
+    delete_pods(cluster)
+    cluster.controller.update_status()   # the new units name themselves
+    cluster.settle()
+
+
+def test_a_refresh_to_the_packed_charm_on_juju_4(cluster, built_charm, resource):
+    """`juju refresh flannel --path ./flannel.charm`: the same flanneld and
+    inputs, so it is not restarted, and every unit is active again."""
+    pids = {m: cluster.flanneld_pids(m) for m in ("m1", "m2")}
+    with cluster.timings.phase("juju 4: refresh --path ./flannel.charm", cluster.say):
+        cluster.upgrade_flannel(resource, charm_dir=built_charm)
+    assert {m: cluster.flanneld_pids(m) for m in ("m1", "m2")} == pids
+    assert cluster.wait_for_flannel(timeout=60)
+    assert [h for h in cluster.controller.hook_log if h.hook == "upgrade-charm" and h.ok]
 
 
 def lease_of(cluster, machine: str) -> str:

@@ -45,13 +45,13 @@ CONFIG = {"options": {
 class World:
     """A controller, local machines and a scripts dir the charm's hooks read."""
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, **controller):
         self.tmp = tmp_path
         self.scripts = tmp_path / "scripts"
         self.scripts.mkdir()
         self.out = tmp_path / "out"
         self.out.mkdir()
-        self.ctl = Controller(tmp_path / "state")
+        self.ctl = Controller(tmp_path / "state", **controller)
         self._n = 0
 
     def add_machine(self) -> str:
@@ -94,6 +94,23 @@ class World:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
         return d
+
+    def pack(self, charm: Path, bases=(("ubuntu", "22.04"),)) -> Path:
+        """`charmcraft pack`'s output for `charm`: a zip holding its files and
+        a manifest.yaml with `bases` (none: a charm of the series era)."""
+        import zipfile
+        if bases:
+            (charm / "manifest.yaml").write_text(yaml.safe_dump({"bases": [
+                {"name": name, "channel": channel, "architectures": ["amd64"]}
+                for name, channel in bases]}))
+        packed = charm.with_suffix(".charm")
+        with zipfile.ZipFile(packed, "w") as out:
+            for path in sorted(charm.rglob("*")):
+                if path.is_file():
+                    info = zipfile.ZipInfo(str(path.relative_to(charm)))
+                    info.external_attr = (path.stat().st_mode & 0o7777) << 16
+                    out.writestr(info, path.read_bytes())
+        return packed
 
     def read_out(self, name: str) -> str:
         return (self.out / name).read_text()
