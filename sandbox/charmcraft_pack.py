@@ -17,6 +17,9 @@ platform's base (it reads /etc/os-release). So it runs:
   proof`, `charm build`), and PyPI's charm-tools installs `charm-version`,
   `charm-proof` and `charm-build` instead. The copy's charmcraft.yaml drops
   `build-snaps` (no snapd here; the shim stands in for the charm snap).
+- with CHARMCRAFT_ENABLE_EXPERIMENTAL_EXTENSIONS=1: charmcraft 4.5.0 offers
+  the reactive plugin on ubuntu@26.04 as experimental only, and refuses the
+  whole project (every platform) without it.
 Everything else is charmcraft.yaml as users run it, its override-build
 (scripts/finish-charm) included.
 """
@@ -81,7 +84,8 @@ def base_series(platform: str) -> str:
     """ubuntu-22.04-amd64 -> jammy."""
     parts = platform.split("-")
     if len(parts) != 3 or parts[0] != "ubuntu" or parts[1] not in ubuntu.SERIES_OF_VERSION:
-        raise PackFailed(f"platform {platform!r}: not one of ubuntu-<22.04|24.04>-<arch>")
+        raise PackFailed(f"platform {platform!r}: not one of ubuntu-<"
+                         + "|".join(ubuntu.SERIES_OF_VERSION) + ">-<arch>")
     return ubuntu.SERIES_OF_VERSION[parts[1]]
 
 
@@ -131,7 +135,11 @@ def pack(out: Path, platform: str = DEFAULT_PLATFORM, project: Path = REPO,
         path = f"{shim}:{tools}:{charmcraft.parent}:{os.environ['PATH']}"
         env = dict(os.environ, PATH=path,
                    HOME=str(work / "home"), XDG_RUNTIME_DIR=str(work / "run"),
-                   CHARMCRAFT_NO_PROMPT="1")
+                   CHARMCRAFT_NO_PROMPT="1",
+                   # charmcraft 4.5.0 has the reactive plugin on ubuntu@26.04 as
+                   # experimental (const.REACTIVE_PLUGIN_EXPERIMENTAL_BASES) and
+                   # refuses a project that names that base without this
+                   CHARMCRAFT_ENABLE_EXPERIMENTAL_EXTENSIONS="1")
         for d in ("home", "run"):
             (work / d).mkdir(mode=0o700)
         log = out / f"charmcraft-{platform}.log"

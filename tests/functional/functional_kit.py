@@ -360,7 +360,7 @@ def member(resource: Path, name: str) -> bytes:
 
 
 def assert_hooks_run_with_the_base_python(cluster: Cluster) -> None:
-    """Ubuntu 22.04 ships python3.10, 24.04 python3.12: every flannel unit's
+    """Ubuntu 22.04 ships python3.10, 24.04 python3.12, 26.04 python3.14: every flannel unit's
     hooks (and actions) run with the one of its machine's release (skipped
     where this host has no such Python)."""
     import pytest

@@ -1,5 +1,6 @@
-"""On Juju 4.0 (the sandbox's 4.0 mode): the user's remove/add scenario, a
-refresh and the operator's actions on a real two-node overlay: `juju run flannel/0
+"""On Juju 4.0 (the sandbox's 4.0 mode) and Ubuntu 26.04 machines: the user's
+remove/add scenario, a refresh and the operator's actions on a real
+two-node overlay: `juju run flannel/0
 check-network` says ok on a healthy cluster and on one that loses a share
 of its packets and, for each fault operators meet (vxlan's port dropped by
 the network, a path narrower than the MTU, a route gone, a lease gone from
@@ -22,14 +23,16 @@ from sandbox.cluster import CNI_RELATION, FLANNEL
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("actions")]
 
 
-# The module's cluster plays Juju 4.0 (sandbox/juju/versions.py): the packed
-# charm deployed and refreshed, no leader-get/leader-set, no private-address
+# The module's cluster plays the platform operators deploy at the end of 2026:
+# Juju 4.0 (sandbox/juju/versions.py: the packed charm deployed and
+# refreshed, no leader-get/leader-set, no private-address) on Ubuntu 26.04
+# machines, whose hooks run on its python3 (CPython 3.14, sandbox/cpython.py)
 JUJU_4 = "4.0.15"
 
 
 @pytest.fixture(scope="module")
 def cluster(open_cluster):
-    with open_cluster("actions", workers=2, juju=JUJU_4) as opened:
+    with open_cluster("actions", workers=2, juju=JUJU_4, series="resolute") as opened:
         opened.plugins_before = deploy_and_wait(opened)
         opened.controller.update_status()   # where a unit names itself beside its lease
         opened.settle()

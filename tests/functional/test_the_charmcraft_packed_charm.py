@@ -1,7 +1,8 @@
 """The charm `charmcraft pack` makes, as users get it from Charmhub.
 
 Packed here by charmcraft itself (4.5.0 from PyPI, destructive mode, in a
-mount namespace with an Ubuntu 22.04 identity: sandbox.charmcraft_pack),
+mount namespace with an Ubuntu 26.04 identity: sandbox.charmcraft_pack; the
+reactive plugin is experimental on 26.04 in charmcraft 4.5.0),
 from charmcraft.yaml as it stands, and unpacked as Juju unpacks a `.charm` on
 deploy. It must hold what scripts/build-charm's charm holds (the pure-Python
 wheelhouse and the remove hook included, both scripts/finish-charm's), and
@@ -34,7 +35,7 @@ CHARMCRAFTS_OWN = {"manifest.yaml", ".build.manifest"}
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("charmcraft")
-    archive = charmcraft_pack.pack(out, "ubuntu-22.04-amd64")
+    archive = charmcraft_pack.pack(out, "ubuntu-26.04-amd64")
     return unpack(archive, out / "flannel")
 
 

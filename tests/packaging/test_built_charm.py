@@ -18,7 +18,6 @@ Needs root (unshare, mount). Marked slow: a cold build takes minutes; each
 interpreter's first install takes about a second.
 """
 
-import glob
 import json
 import os
 import shutil
@@ -39,7 +38,7 @@ NOT_CHARM = ("sandbox", "tests", "scripts", "docs", ".ci", ".github", "tox.ini",
              "requirements-dev.txt", "build", "interfaces", "overlays", "charmcraft.yaml",
              ".gitignore", ".git")
 
-OS_RELEASE = {series: ubuntu.os_release(series) for series in ("jammy", "noble")}
+OS_RELEASE = {series: ubuntu.os_release(series) for series in ubuntu.RELEASES}
 
 HOOK_TOOL = """#!/bin/sh
 # Stand-in hook tool: records the call, answers "nothing there".
@@ -73,15 +72,14 @@ def probe():
 
 
 def interpreters():
-    """(series, python) pairs to install with: the PATH python3, and 3.10 /
-    3.12 (jammy's and noble's) where pyenv or the system has them."""
+    """(series, python) pairs to install with: the PATH python3, and each
+    release's own (jammy's 3.10, noble's 3.12, resolute's 3.14) where this
+    host has it or sandbox.cpython builds it (ubuntu.python_for)."""
     found = [("jammy", shutil.which("python3"))]
-    for version, series in (("3.10", "jammy"), ("3.12", "noble")):
-        candidates = sorted(glob.glob(os.path.expanduser(
-            "~/.pyenv/versions/{}.*/bin/python{}".format(version, version))))
-        candidates += [p for p in ("/usr/bin/python" + version,) if os.path.exists(p)]
-        if candidates:
-            found.append((series, candidates[-1]))
+    for series in ubuntu.RELEASES:
+        python = ubuntu.python_for(series)
+        if python:
+            found.append((series, python))
     return found
 
 
@@ -131,12 +129,16 @@ def test_charm_has_its_hooks_and_interfaces(built_charm):
         assert os.access(built_charm / "actions" / name, os.X_OK), name
 
 
-def test_manifest_declares_both_series_on_every_arch(built_charm):
+def test_manifest_declares_every_base_on_every_arch_and_metadata_no_series(built_charm):
+    """Juju 4 refuses a charm whose manifest has no bases, and knows no
+    series: the bases are charmcraft.yaml's platforms."""
     import yaml
 
     bases = yaml.safe_load((built_charm / "manifest.yaml").read_text())["bases"]
-    assert [(b["name"], b["channel"]) for b in bases] == [("ubuntu", "22.04"), ("ubuntu", "24.04")]
+    assert [(b["name"], b["channel"]) for b in bases] == [
+        ("ubuntu", "22.04"), ("ubuntu", "24.04"), ("ubuntu", "26.04")]
     assert all(b["architectures"] == ["amd64", "arm64", "s390x"] for b in bases)
+    assert "series" not in yaml.safe_load((built_charm / "metadata.yaml").read_text())
 
 
 def test_charm_has_nothing_that_is_not_charm(built_charm):
