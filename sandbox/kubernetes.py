@@ -286,10 +286,12 @@ class Kubernetes:
 
     # --- a node ------------------------------------------------------------------------
     def configure_node(self, ctx, cluster_cidr: str | None,
-                       taints: tuple[str, ...] = ()) -> list[str]:
+                       taints: tuple[str, ...] = (), proxy_extra: dict | None = None) -> list[str]:
         """kubelet and kube-proxy on the machine of `ctx`'s unit (the node
         of its name, at its node_addresses()),
-        with kube-proxy given `cluster_cidr` (the cni relation's, when set).
+        with kube-proxy given `cluster_cidr` (the cni relation's, when set)
+        and `proxy_extra` merged into its configuration (the principal's
+        proxy-extra-config: {"mode": "nftables"}).
         Nothing until the control plane is configured (no API server to
         register with).  Returns the units (re)started."""
         if self.api_address is None:
@@ -337,6 +339,7 @@ class Kubernetes:
             # 0: leave the (host-wide) conntrack table as it is
             "conntrack": {"maxPerCore": 0, "min": 0},
             **({"clusterCIDR": cluster_cidr} if cluster_cidr else {}),
+            **(proxy_extra or {}),
         }
         # JSON is YAML: both read it as their config file
         for name, config in (("kubelet-config.yaml", kubelet_config),

@@ -182,12 +182,22 @@ class OpsPrincipal(EmulatedApp):
         return cp.stdout if cp.returncode == 0 else None
 
 
+def proxy_extra_config(ctx: HookContext) -> dict:
+    """The principal's proxy-extra-config, a YAML mapping (both charms have
+    the option: charmcraft.yaml, src/charm.py _configure_kubeproxy)."""
+    import yaml
+    return yaml.safe_load(ctx.config().get("proxy-extra-config") or "{}") or {}
+
+
 class OpsKubernetesWorkerApp(OpsPrincipal):
     """kubernetes-worker as an ops charm (2023 on): reconcile = extract the
     plugins, certificates, kubeconfigs (kube-control), then the CNI step."""
 
     charm_name = "kubernetes-worker"
     generation = "ops"
+    # (the charm's proxy-extra-config: YAML merged into kube-proxy's
+    # KubeProxyConfiguration, e.g. "{mode: nftables}")
+    config_defaults = {"proxy-extra-config": "{}"}
 
     def __init__(self, name: str = "kubernetes-worker", *, image_registry: str = IMAGE_REGISTRY,
                  api_server: str = "https://10.152.183.1:443", **kw):
@@ -209,7 +219,8 @@ class OpsKubernetesWorkerApp(OpsPrincipal):
         # the worker then only clears 01-default.*.
         self.set_default_cni_conf_file(ctx, None)
         if self.kubernetes is not None:
-            self.kubernetes.configure_node(ctx, self.cni_value(ctx, "cidr"))
+            self.kubernetes.configure_node(ctx, self.cni_value(ctx, "cidr"),
+                                           proxy_extra=proxy_extra_config(ctx))
 
 
 class OpsKubernetesControlPlaneApp(OpsPrincipal):
@@ -224,7 +235,8 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
         "etcd": {"interface": "etcd", "role": "requires", "scope": "global"},
     }
     config_defaults = {"image-registry": IMAGE_REGISTRY, "service-cidr": SERVICE_CIDR,
-                       "default-cni": "", "ignore-missing-cni": False}
+                       "default-cni": "", "ignore-missing-cni": False,
+                       "proxy-extra-config": "{}"}
 
     def __init__(self, name: str = "kubernetes-control-plane", **kw):
         super().__init__(name, **kw)
@@ -252,7 +264,8 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
             raise NotReady("blocked", "Missing CNI relation or config")
         self.set_default_cni_conf_file(ctx, conf_file)
         if self.kubernetes is not None:
-            self.kubernetes.configure_node(ctx, cidr, taints=(CONTROL_PLANE_TAINT,))
+            self.kubernetes.configure_node(ctx, cidr, taints=(CONTROL_PLANE_TAINT,),
+                                           proxy_extra=proxy_extra_config(ctx))
 
     def require_etcd(self, ctx: HookContext) -> None:
         keys = ("connection_string", "client_ca", "client_cert", "client_key")

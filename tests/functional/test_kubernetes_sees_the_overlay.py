@@ -15,6 +15,9 @@
 - Dual-stack: kube-controller-manager and kube-proxy run with the "v4,v6"
   flannel publishes, kubelet reports both families of every pod, and an
   IPv6 Service answers.
+- kube-proxy in nftables mode (the principals' proxy-extra-config) beside
+  flannel in iptables mode, through a remove/add, and in nftables mode:
+  ClusterIP, NodePort and the pods' masqueraded way out, measured.
 - The hooks run with the python3 of the machines' Ubuntu release.
 
 The bug report itself through kubectl (busybox.yaml Running, a pod made
@@ -256,6 +259,91 @@ def test_dual_stack_reaches_kubelet_kube_proxy_and_a_service(cluster):
                  lambda: len({line for line in answers(k8s, "client6")
                               if line.startswith("ok")}) >= 3, timeout=60)
     print(f"web6's ClusterIP {service_ip}: {answers(k8s, 'client6')[:6]}")
+
+
+def set_proxy_mode(cluster, mode: str) -> None:
+    """`juju config kubernetes-worker proxy-extra-config="{mode: nftables}"`
+    and the same on the control plane ("" : the charms' default, iptables);
+    then until every node's kube-proxy runs in that mode."""
+    from sandbox.cluster import CONTROL_PLANE, WORKER
+    extra = f"{{mode: {mode}}}" if mode != "iptables" else "{}"
+    for app in (WORKER, CONTROL_PLANE):
+        cluster.controller.config(app, **{"proxy-extra-config": extra})
+    cluster.settle()
+
+    def in_mode() -> bool:
+        tables = [cluster.machines[m].run(["nft", "list", "tables"]).stdout for m in NODES]
+        return all(("table ip kube-proxy" in t) == (mode == "nftables") for t in tables)
+    cluster.kubernetes.wait_for(f"kube-proxy in {mode} mode on every node", in_mode, 60)
+
+
+def services_work(cluster, cluster_ip: str, node_port: int) -> dict:
+    """What a user checks of Services and the pods' way out: a ClusterIP
+    from a pod (m1), a NodePort of m1 from m2 and from outside the cluster
+    (etcd's namespace), a pod reaching etcd's address, which has no route
+    back to the pod network (flannel's masquerade must take it)."""
+    import subprocess
+    k8s, m1 = cluster.kubernetes, cluster.machines["m1"]
+    request = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {cluster_ip} 80 | tail -n 1"
+    seen = {"clusterip": sum(bool(k8s.kubectl("exec", "probe", "--", "sh", "-c", request,
+                                              check=False).stdout.strip()) for _ in range(3))}
+    url = f"http://{m1.address}:{node_port}/"
+    seen["nodeport-from-m2"] = bool(cluster.machines["m2"].run(
+        ["curl", "-s", "-m", "3", url], check=False).stdout.strip())
+    seen["nodeport-from-outside"] = bool(subprocess.run(
+        ["ip", "netns", "exec", cluster.etcd.netns, "curl", "-s", "-m", "3", url],
+        capture_output=True, text=True).stdout.strip())
+    seen["pod-to-outside"] = k8s.kubectl("exec", "probe", "--", "ping", "-c", "2", "-W", "1",
+                                         cluster.etcd.host, check=False).returncode == 0
+    return seen
+
+
+def test_kube_proxy_in_nftables_mode_beside_flannel_in_either_mode(cluster):
+    """kube-proxy's nftables mode (GA since Kubernetes 1.33) beside flannel's
+    iptables rules (the mixed case no one had measured), through a remove/add
+    of flannel, then beside flannel's own nftables mode: Services (ClusterIP,
+    NodePort from a node and from outside) and pods' masqueraded way out
+    work in each. kube-proxy's mark for "masquerade this" is 0x4000 in both
+    of its modes, and flannel's masquerade rules return on it (iptables:
+    --mark 0x4000/0x4000; nftables: meta mark 0x4000), so kube-proxy's own
+    rules do that masquerade; the charm leaves enable-nftables to the
+    operator (docs/reference/configuration.md)."""
+    k8s = cluster.kubernetes
+    node_port_service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-np"},
+                         "spec": {"type": "NodePort", "selector": {"app": "web"},
+                                  "ports": [{"port": 80, "targetPort": 8080}]}}
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(WEB))
+    k8s.kubectl("apply", "-f", "-", input=json.dumps(node_port_service))
+    k8s.kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=130)
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("probe", node="m1"))
+    k8s.wait_pod_running("probe")
+    spec = k8s.get("service", "web-np")["spec"]
+    cluster_ip, node_port = spec["clusterIP"], spec["ports"][0]["nodePort"]
+    every = {"clusterip": 3, "nodeport-from-m2": True, "nodeport-from-outside": True,
+             "pod-to-outside": True}
+    measured = {}
+    try:
+        set_proxy_mode(cluster, "nftables")
+        measured["kube-proxy nftables, flannel iptables"] = services_work(
+            cluster, cluster_ip, node_port)
+        cluster.remove_cni_relation()
+        cluster.add_cni_relation()
+        cluster.wait_for_flannel(timeout=120)
+        measured["... after remove/add"] = services_work(cluster, cluster_ip, node_port)
+        cluster.configure(enable_nftables=True)
+        cluster.wait_for_flannel(timeout=120)
+        measured["kube-proxy nftables, flannel nftables"] = services_work(
+            cluster, cluster_ip, node_port)
+    finally:
+        print("\n".join(f"{mode}: {seen}" for mode, seen in measured.items()))
+        set_proxy_mode(cluster, "iptables")
+        cluster.configure(enable_nftables=False)
+        cluster.wait_for_flannel(timeout=120)
+        k8s.kubectl("delete", "pod", "probe", "--wait=false")
+        k8s.kubectl("delete", "-f", "-", input=json.dumps(node_port_service))
+    assert measured == {mode: every for mode in (
+        "kube-proxy nftables, flannel iptables", "... after remove/add",
+        "kube-proxy nftables, flannel nftables")}, measured
 
 
 # How long the "short" pods tolerate their node being not-ready: short enough
