@@ -86,12 +86,14 @@ class GoBinary:
     # flanneld's udp backend (cproxy) is cgo: without cgo on amd64 the build
     # fails; the other architectures compile the backend out
     cgo_on: tuple = ()
+    # build tags the binary always takes (containerd's no_btrfs, ...)
+    build_tags: tuple = ()
 
     def cgo(self, arch: str) -> bool:
         return arch in self.cgo_on
 
     def tags(self, arch: str) -> tuple[str, ...]:
-        return CGO_BUILD_TAGS if self.cgo(arch) else ()
+        return (CGO_BUILD_TAGS if self.cgo(arch) else ()) + tuple(self.build_tags)
 
     def link_ldflags(self, arch: str) -> str:
         """The -ldflags given to go install: a cgo build is linked externally

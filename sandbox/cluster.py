@@ -233,7 +233,8 @@ class Cluster:
                  worker_generation: str = "reactive", control_plane: bool = False,
                  routed_workers: int = 0, etcd_v2: bool = False, auto_retry: bool = True,
                  worker_runtime_ready: bool = True, kubernetes: bool = False,
-                 series: Optional[str] = None, juju: str = JUJU_VERSION, label: str = "",
+                 series: Optional[str] = None, juju: str = JUJU_VERSION,
+                 containerd: str = "1.6", label: str = "",
                  say: Callable[[str], None] = lambda _: None, workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
             raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
@@ -266,6 +267,9 @@ class Cluster:
         # the Juju the controller plays (sandbox/juju/versions.py): 3.6, or
         # 4.0, which deploys and refreshes the packed charm only
         self.juju = juju
+        # the machines' container runtime (sandbox.cri): Debian's containerd
+        # 1.6, or "2" (containerd 2 from the Go module proxy)
+        self.containerd = containerd
         self.kubernetes: Optional[Kubernetes] = None
         self.say = say
         self.timings = Timings()
@@ -335,6 +339,7 @@ class Cluster:
             for name in names:
                 machine = Machine(name, self.network, series=self.series,
                                   segment="routed" if name in routed else "main").start()
+                machine.containerd = self.containerd
                 self.machines[machine.name] = machine
         if self.with_kubernetes:
             with self.timings.phase("containerd on every machine, Kubernetes' certificates",

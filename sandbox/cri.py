@@ -65,7 +65,7 @@ from pathlib import Path
 from .machine import Machine, resident_kib
 from .network import kill_pids, state_root
 from .pod import PodFailed
-from .resource import cache_root, crictl_path, host_arch
+from .resource import binary_path, cache_root, crictl_path, host_arch
 
 BUSYBOX = Path("/bin/busybox")          # Debian's busybox-static
 PAUSE_IMAGE = "sandbox.local/pause:busybox"
@@ -329,8 +329,16 @@ class RuntimeFailed(RuntimeError):
 
 
 class Containerd:
+    """Debian's containerd 1.6 (generation "1.6"), or containerd 2 ("2":
+    CONTAINERD2_VERSION from the Go module proxy, with its own shim and
+    Debian's runc), as the machine's `containerd` attribute says. Both read
+    the same version = 2 config: containerd 2 migrates it as it starts (its
+    RELEASES.md: versions 2 and 3 are migrated, `bin_dir` to `bin_dirs`),
+    as it would an operator's config left as it was."""
+
     def __init__(self, machine: Machine):
         self.machine = machine
+        self.generation = getattr(machine, "containerd", "1.6")
         self.base = machine.state_dir / "containerd"
         self.socket = self.base / "containerd.sock"
         self.cgroup = f"/{CGROUP_PARENT}/{machine.netns}"
@@ -359,7 +367,7 @@ class Containerd:
         mount_cgroups(self.machine)
         self._log = open(self.base / "containerd.log", "ab")
         self.process = self.machine.popen(
-            ["containerd", "--config", str(self.base / "config.toml")],
+            [*self.command(), "--config", str(self.base / "config.toml")],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
@@ -378,6 +386,21 @@ class Containerd:
             self.ctr("images", "import", "--snapshotter", "native", str(archive))
         self.started_seconds = time.monotonic() - started
         return self
+
+    def command(self) -> list[str]:
+        """containerd as this generation runs: Debian's on PATH, or
+        containerd 2 with its shim's directory first on PATH (containerd
+        finds the shim there)."""
+        if self.generation == "1.6":
+            return ["containerd"]
+        containerd = binary_path("containerd-2", host_arch())
+        shim = binary_path("containerd-shim-runc-v2-2", host_arch())
+        path = f"{shim.parent}:{containerd.parent}:/usr/sbin:/usr/bin:/sbin:/bin"
+        return ["env", f"PATH={path}", str(containerd)]
+
+    def version(self) -> str:
+        """What this containerd says it is ("v2.4.2", "1.6.20~ds1")."""
+        return self.crictl("version").stdout.split("RuntimeVersion:")[1].split()[0]
 
     def log_tail(self, chars: int = 2000) -> str:
         return self.log_since(0)[-chars:]

@@ -1,5 +1,6 @@
-"""What kubectl shows, with a real control plane, kubelets and kube-proxies
-(sandbox.kubernetes) on one cluster: a control plane and two workers.
+"""What kubectl shows, with a real control plane, kubelets on containerd 2
+and kube-proxies (sandbox.kubernetes) on one cluster: a control plane and
+two workers.
 
 - A Deployment on every node behind a ClusterIP Service, asked every 0.2 s
   by a client pod through `juju refresh flannel` (flanneld v0.27.4 -> the
@@ -49,8 +50,9 @@ RUNNING_WITHIN = 120
 
 @pytest.fixture(scope="module")
 def cluster(open_cluster, previous_resource):
+    # kubelet on containerd 2 (sandbox.cri): kubelet 1.38 stops working with 1.x
     with open_cluster("kubernetes", workers=2, worker_generation="ops", control_plane=True,
-                      kubernetes=True) as opened:
+                      kubernetes=True, containerd="2") as opened:
         # the resource of this charm's earlier releases, so that a refresh
         # replaces flanneld (test_a_service_answers_through_a_refresh)
         deploy_and_wait(opened, resource=previous_resource)
@@ -62,6 +64,15 @@ def cluster(open_cluster, previous_resource):
 
 def test_hooks_run_with_the_python3_of_the_base_the_machines_claim(cluster):
     assert_hooks_run_with_the_base_python(cluster)
+
+
+def test_every_kubelet_runs_on_containerd_2(cluster):
+    """What `kubectl get nodes -o wide` shows as CONTAINER-RUNTIME."""
+    from sandbox.resource import CONTAINERD2_VERSION
+    runtimes = {n["metadata"]["name"]: n["status"]["nodeInfo"]["containerRuntimeVersion"]
+                for n in cluster.kubernetes.get("nodes")["items"]}
+    wanted = f"containerd://{CONTAINERD2_VERSION.lstrip('v')}"
+    assert runtimes == {m: wanted for m in NODES}, runtimes
 
 
 def pod_manifest(name: str, node: str = "", command: str = "sleep 3600") -> str:

@@ -19,7 +19,7 @@ from sandbox.cri import (BUSYBOX, BUSYBOX_IMAGE, CGROUP_PARENT, PAUSE_IMAGE, Cri
                          cri_leftovers, image_archives, runtime_for)
 from sandbox.machine import Machine
 from sandbox.pod import PodFailed
-from sandbox.resource import CRICTL_VERSION, crictl_path
+from sandbox.resource import CONTAINERD2_VERSION, CRICTL_VERSION, crictl_path
 from sandbox.network import process_alive
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.gobuild]
@@ -87,13 +87,18 @@ def _bridge_machine(machine: Machine) -> None:
     machine.write_file("/etc/cni/net.d/10-sbnet.conflist", json.dumps(BRIDGE_CONFLIST))
 
 
+@pytest.mark.parametrize("containerd, says", [("1.6", "1.6."), ("2", CONTAINERD2_VERSION)])
 def test_cri_pods_get_addresses_ping_and_release_them_and_destroy_leaves_nothing(
-        have_runtime, test_network):
+        have_runtime, test_network, containerd, says):
+    """On Debian's containerd 1.6 and on containerd 2 (from the Go module
+    proxy), both with Debian's runc 1.1.5 on this host's cgroups."""
     machine = Machine("m1", test_network).start()
+    machine.containerd = containerd
     try:
         _bridge_machine(machine)
         runtime = runtime_for(machine)
         assert runtime.running and runtime.started_seconds is not None
+        assert runtime.version().lstrip("v").startswith(says.lstrip("v")), runtime.version()
         # containerd's CNI dirs are the machine's, not the host's
         assert 'conf_dir = "/etc/cni/net.d"' in (runtime.base / "config.toml").read_text()
         p1 = CriPod.create(machine, "p1")
