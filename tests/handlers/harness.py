@@ -65,7 +65,7 @@ def charm_dir(root: Path) -> Path:
     shutil.copytree(REPO / "cos", charm / "cos")
     shutil.copytree(REPO / "reactive", charm / "reactive",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for interface in ("etcd", "kubernetes-cni", "nrpe-external-master"):
+    for interface in ("etcd", "kubernetes-cni", "nrpe-external-master", "cos_agent"):
         shutil.copytree(REPO / "interfaces" / interface, charm / "hooks" / "relations" /
                         interface, ignore=shutil.ignore_patterns("__pycache__"))
         (charm / "hooks" / "relations" / interface / "__init__.py").touch()

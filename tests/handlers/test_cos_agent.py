@@ -55,3 +55,14 @@ def test_a_refresh_publishes_again_and_nothing_else_does(unit):
     assert "config" not in unit.juju.relations[rid].local
     unit.hook("upgrade-charm")
     assert read_as_the_agent(unit, rid)["metrics_alert_rules"]["groups"]
+
+
+def test_no_hook_logs_an_error_for_the_cos_agent_endpoint(unit):
+    """charms.reactive logs "Unable to find implementation for relation:
+    provides of cos_agent" at ERROR in every hook of a charm without an
+    interface layer for the endpoint: an error in debug-log every five
+    minutes, for nothing."""
+    deployed(unit)
+    unit.hook("update-status")
+    assert "Unable to find implementation" not in unit.log
+    assert not [line for line in unit.log.splitlines() if line.startswith("ERROR")]
