@@ -108,9 +108,11 @@ def make_bare_charm(flannel_charm: Path, dest: Path) -> Path:
 
     dest.mkdir(parents=True)
     shutil.copytree(flannel_charm / "hooks", dest / "hooks", symlinks=True)
-    boot = Path("lib") / "charms" / "flannel" / "bootstrap.py"
-    (dest / boot).parent.mkdir(parents=True)
-    shutil.copy2(flannel_charm / boot, dest / boot)
+    # the bootstrap, and the profiler it runs a hook under for the benchmark
+    for name in ("bootstrap.py", "hook_profile.py"):
+        boot = Path("lib") / "charms" / "flannel" / name
+        (dest / boot).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(flannel_charm / boot, dest / boot)
     meta = yaml.safe_load((flannel_charm / "metadata.yaml").read_text())
     meta["name"] = BARE
     meta["summary"] = meta["description"] = "The framework alone (benchmark)."
@@ -269,15 +271,86 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
             results.put("update-status", name, {
                 "wall": statistics.median(c.wall for c in seen),
                 "cpu": statistics.median(c.cpu for c in seen)})
+        say("-- update-status, profiled")
+        profiles = profile_dir(cluster)
+        for _ in range(PROFILED_RUNS):
+            for unit in (flannel_unit, bare_unit):
+                ctl.fire(unit, "update-status")
+                ctl.settle()
+        for name, unit in (("flannel", flannel_unit), (BARE, bare_unit)):
+            results.put("update-status profile", name,
+                        median_profile(read_profiles(profiles, unit, "update-status")))
         say("-- hook tool calls")
         results.put("hook tools", "per call", tool_call_cost(ctl, flannel_unit))
 
         for app, relation in (("flannel", CNI_RELATION), (BARE, BARE_CNI_RELATION)):
             say(f"-- the re-add cycle, {app}")
+            mark = {u: len(read_profiles(profiles, u)) for u in ctl.units(app)}
             results.put("re-add", app, readd_phases(cluster, app, relation, machines,
                                                     pod=app == "flannel"))
+            # every hook of the cycle: the removed units' and their successors'
+            hooks = [record for unit in sorted(set(ctl.units(app)) | set(mark))
+                     for record in read_profiles(profiles, unit)[mark.get(unit, 0):]
+                     if record["hook"] != "update-status"]
+            results.put("re-add profile", app, summed_profile(hooks))
         results.put("re-add", "flanneld start-to-lease", flanneld_start_to_lease(m1))
         wait_active(cluster, "flannel")
+
+
+# --- what each hook spends its time on (charms/flannel/hook_profile.py) ---------------------
+
+PROFILED_RUNS = 5
+
+
+def profile_dir(cluster) -> Path:
+    """From now on every hook of the cluster appends its profile here (the
+    cluster's workdir is the host's /tmp, which the machines share)."""
+    from charms.flannel.bootstrap import PROFILE_ENV
+    where = Path(cluster.workdir) / "hook-profiles"
+    where.mkdir(exist_ok=True)
+    cluster.controller.agent.extra_env[PROFILE_ENV] = str(where)
+    return where
+
+
+def read_profiles(where: Path, unit: str, hook: Optional[str] = None) -> list[dict]:
+    path = where / (unit.replace("/", "-") + ".jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()] \
+        if path.exists() else []
+    return [r for r in records if hook is None or r["hook"] == hook]
+
+
+def _flat(record: dict) -> dict:
+    """A profile's figures: seconds, counts, commands and HTTP by kind."""
+    commands = record.get("commands", {})
+    http = record.get("http", {})
+    return {"python wall": record["wall"], "python CPU": record["cpu"],
+            "imports (s)": record["import_seconds"],
+            "modules imported": record["modules_imported"],
+            "commands (s)": record["command_seconds"],
+            "hook tool calls": commands.get("tool", 0),
+            "other commands": sum(n for c, n in commands.items() if c != "tool"),
+            "etcd requests": http.get("etcd", 0), "readyz requests": http.get("readyz", 0),
+            "TLS handshakes": record.get("tls", 0),
+            "commands run": ", ".join(f"{c} x{n}" for c, n in sorted(commands.items())
+                                      if c != "tool") or "-"}
+
+
+def median_profile(records: list[dict]) -> dict:
+    if not records:
+        return {}
+    flats = [_flat(r) for r in records]
+    return {key: (statistics.median(f[key] for f in flats)
+                  if not isinstance(flats[0][key], str) else flats[-1][key])
+            for key in flats[0]}
+
+
+def summed_profile(records: list[dict]) -> dict:
+    if not records:
+        return {}
+    flats = [_flat(r) for r in records]
+    out = {key: sum(f[key] for f in flats) for key in flats[0] if key != "commands run"}
+    out["hooks"] = len(flats)
+    return out
 
 
 def readd_phases(cluster, app: str, relation: tuple, machines, pod: bool) -> dict:
@@ -360,6 +433,21 @@ def report(results: Results) -> str:
         flannel_total = sum(v["wall"] for k, v in ra["flannel"].items() if k != "remove-relation")
         bare_total = sum(v["wall"] for k, v in ra["bare"].items() if k != "remove-relation")
         row("re-add to active + pod (vs bare + lease)", flannel_total, bare_total + lease)
+    for section, title in (("update-status profile", "update-status (median)"),
+                           ("re-add profile", "the re-add cycle's hooks (sum)")):
+        if section not in f or not f[section].get("flannel"):
+            continue
+        mine, bare = f[section]["flannel"], f[section].get(BARE) or {}
+        lines.append(f"-- {title}")
+        for key, value in mine.items():
+            other = bare.get(key)
+            if isinstance(value, str):
+                lines.append(f"  {key}: {value}")
+            elif isinstance(value, float):
+                row(f"  {key}", value, other)
+            else:
+                shown = other if other is not None else "-"
+                lines.append("{:<44} {:>10} {:>10}".format(f"  {key}", value, shown))
     for n, fig in sorted(f.get("deploy", {}).items(), key=lambda kv: int(kv[0])):
         row(f"deploy {n} machine(s): wall", fig["deploy"]["wall"])
         row(f"deploy {n} machine(s): CPU per unit", fig["cpu per unit"])

@@ -26,9 +26,10 @@ own sysfs (its network devices); ``/proc``, ``/tmp``, ``/home``, ``/work``,
 ``/usr`` (but ``/usr/local``) are the host's.
 
 The machine has the identity of an Ubuntu release (``series``: 22.04
-"jammy" by default, or 24.04 "noble"; ``/etc/os-release``,
+"jammy" by default, 24.04 "noble" or 26.04 "resolute"; ``/etc/os-release``,
 ``/etc/lsb-release``) and, where this host has it, that release's python3
-first on PATH (``/usr/local/bin/python3``: 3.10 or 3.12), which the charm's
+first on PATH (``/usr/local/bin/python3``: 3.10, 3.12 or 3.14, the last built
+by sandbox.cpython), which the charm's
 hooks run with; a ``/run/systemd/system`` directory and a
 ``/usr/local/sbin/systemctl`` (the forwarding client to the machine's
 systemctl server, sandbox/systemctl.py, started with the machine) that runs

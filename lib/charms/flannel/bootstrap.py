@@ -54,6 +54,8 @@ LOG_NAME = "flannel-bootstrap.log"
 LOCK_NAME = ".flannel-bootstrap.lock"
 #: Set in the environment of the re-executed hook (value: the venv path).
 REEXEC_ENV = "FLANNEL_BOOTSTRAP_VENV"
+# A directory: the hook appends its profile there (charms.flannel.hook_profile)
+PROFILE_ENV = "FLANNEL_HOOK_PROFILE"
 #: Set ("1") in the environment of the re-executed hook when this hook's
 #: bootstrap installed, and so set a maintenance status the charm must replace.
 INSTALLED_ENV = "FLANNEL_BOOTSTRAP_INSTALLED"
@@ -589,6 +591,11 @@ def _run_in_venv(charm_dir: str, hook_path: str, argv: list[str] | None, module:
         sys.modules.setdefault("pkg_resources", EntryPointsOnly())
         if sys.version_info >= (3, 12):
             distutils_from_setuptools()
+        profile = os.environ.get(PROFILE_ENV)
+        if profile:   # sandbox/bench.py: what each hook costs (charms/flannel/hook_profile.py)
+            from charms.flannel.hook_profile import profiled
+            profiled(lambda: importlib.import_module(module).main(), profile)
+            return
         importlib.import_module(module).main()
         return
     if os.environ.get(REEXEC_ENV):

@@ -1,0 +1,129 @@
+"""What one hook (or action) costs, for the benchmark (sandbox/bench.py).
+
+With FLANNEL_HOOK_PROFILE=<directory> (bootstrap.PROFILE_ENV) in a hook's environment, the
+bootstrap runs the hook under `profiled()`, which appends one JSON line to
+<directory>/<unit>.jsonl: its wall and CPU time in the venv's python, the
+modules it imported and the time spent importing (outermost imports only),
+the commands it ran (hook tools counted apart) and their time, its HTTP
+requests by destination (etcd's, flanneld's /readyz, others) and its TLS
+handshakes. Without the variable nothing here is imported. Standard
+library only: the bootstrap loads it before the venv's packages.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Callable
+
+# flanneld's health server (facts/flanneld.py HEALTHZ_PORT)
+HEALTHZ = ("127.0.0.1", 8474)
+# Juju's hook tools, as a hook runs them (their own names on PATH)
+HOOK_TOOLS = frozenset((
+    "action-fail", "action-get", "action-log", "action-set", "application-version-set",
+    "close-port", "config-get", "credential-get", "goal-state", "is-leader", "juju-log",
+    "juju-reboot", "leader-get", "leader-set", "network-get", "open-port", "opened-ports",
+    "relation-get", "relation-ids", "relation-list", "relation-set", "resource-get",
+    "secret-get", "state-delete", "state-get", "state-set", "status-get", "status-set",
+    "storage-get", "storage-list", "unit-get"))
+
+
+class Tally:
+    """Counters the patched functions add to; `patch()` installs them."""
+
+    def __init__(self):
+        self.imports = 0.0
+        self._depth = 0
+        self.commands: Counter = Counter()
+        self.command_seconds = 0.0
+        self.http: Counter = Counter()
+        self.tls = 0
+
+    def patch(self) -> None:
+        import http.client
+        import importlib._bootstrap as bootstrap
+        import ssl
+        tally = self
+        find_and_load = bootstrap._find_and_load
+
+        def timed_import(*args, **kwargs):
+            tally._depth += 1
+            started = time.perf_counter()
+            try:
+                return find_and_load(*args, **kwargs)
+            finally:
+                tally._depth -= 1
+                if not tally._depth:
+                    tally.imports += time.perf_counter() - started
+        bootstrap._find_and_load = timed_import
+
+        popen_init, communicate, wait = (subprocess.Popen.__init__,
+                                         subprocess.Popen.communicate, subprocess.Popen.wait)
+
+        def counted_init(self, args, *rest, **kwargs):
+            name = os.path.basename(str(args[0] if isinstance(args, (list, tuple)) else
+                                        str(args).split()[0]))
+            tally.commands["tool" if name in HOOK_TOOLS else name] += 1
+            self._profile_started = time.perf_counter()
+            return popen_init(self, args, *rest, **kwargs)
+
+        def finished(method):
+            def timed(self, *args, **kwargs):
+                try:
+                    return method(self, *args, **kwargs)
+                finally:
+                    started = getattr(self, "_profile_started", None)
+                    if started is not None and self.returncode is not None:
+                        tally.command_seconds += time.perf_counter() - started
+                        self._profile_started = None
+            return timed
+        subprocess.Popen.__init__ = counted_init
+        subprocess.Popen.communicate = finished(communicate)
+        subprocess.Popen.wait = finished(wait)
+
+        request = http.client.HTTPConnection.request
+
+        def counted_request(self, *args, **kwargs):
+            where = (self.host, self.port)
+            tally.http["readyz" if where == HEALTHZ else
+                       "etcd" if self.port == 2379 else f"{self.host}:{self.port}"] += 1
+            return request(self, *args, **kwargs)
+        http.client.HTTPConnection.request = counted_request
+
+        wrap_socket = ssl.SSLContext.wrap_socket
+
+        def counted_wrap(self, *args, **kwargs):
+            tally.tls += 1
+            return wrap_socket(self, *args, **kwargs)
+        ssl.SSLContext.wrap_socket = counted_wrap
+
+
+def profiled(run: Callable[[], None], directory: str) -> None:
+    """run() (the hook), then its profile appended to the unit's file,
+    whether it returned, exited or raised."""
+    tally = Tally()
+    modules = len(sys.modules)
+    cpu, wall = os.times(), time.perf_counter()
+    tally.patch()
+    try:
+        run()
+    finally:
+        done = os.times()
+        record = {
+            "hook": os.path.basename(sys.argv[0]),
+            "wall": round(time.perf_counter() - wall, 4),
+            "cpu": round(done.user + done.system - cpu.user - cpu.system, 4),
+            "children_cpu": round(done.children_user + done.children_system
+                                  - cpu.children_user - cpu.children_system, 4),
+            "modules_imported": len(sys.modules) - modules,
+            "import_seconds": round(tally.imports, 4),
+            "commands": dict(tally.commands),
+            "command_seconds": round(tally.command_seconds, 4),
+            "http": dict(tally.http), "tls": tally.tls}
+        unit = os.environ.get("JUJU_UNIT_NAME", "unit").replace("/", "-")
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"{unit}.jsonl"), "a") as out:
+            out.write(json.dumps(record, sort_keys=True) + "\n")
