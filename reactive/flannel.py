@@ -13,8 +13,10 @@ from charmhelpers.core import hookenv
 from charms.reactive import clear_flag, get_flags, hook, is_flag_set, when, when_not
 
 from charms.flannel.hook import apply, context
-from charms.flannel.steps import (adoption, bridge, cni, cos_agent, etcd_look, flanneld, install,
-                                  network, nrpe, offload, status, teardown)
+# the steps every hook may run; those of a few hooks (adoption, cos_agent,
+# teardown) are imported by their handlers: an idle hook does not pay for them
+from charms.flannel.steps import (bridge, cni, etcd_look, flanneld, install, network, nrpe,
+                                  offload, status)
 from charms.flannel.steps.flags import (CNI_CONFIGURED, CNI_JOINED, ETCD_AVAILABLE, ETCD_TLS,
                                         INSTALLED, NETWORK_CONFIGURED, NRPE_AVAILABLE,
                                         NRPE_CONFIGURED, RECORD_DAMAGED, SERIES_UPGRADE,
@@ -29,16 +31,16 @@ def watch_inputs():
     whose inputs changed since it acted (or whose result is gone) cleared,
     so that the step runs again in this hook; an idle hook whose inputs
     stand invokes no handler at all."""
-    ctx = context()
+    ctx, flags = context(), set(get_flags())   # (each is_flag_set reads every flag)
     # (flanneld's inputs are remembered once it ran: a unit whose binaries
     # went is reinstalling, and its record is still expected)
-    installed = is_flag_set(INSTALLED) or ctx.state.flanneld_inputs is not None
+    installed = INSTALLED in flags or ctx.state.flanneld_inputs is not None
     checked = apply(install.check_record(ctx, installed=installed,
-                                         damaged=is_flag_set(RECORD_DAMAGED)))
-    if checked.set_flags or is_flag_set(STOPPED) or is_flag_set(SERIES_UPGRADE):
+                                         damaged=RECORD_DAMAGED in flags))
+    if checked.set_flags or STOPPED in flags or SERIES_UPGRADE in flags:
         return
     for step in WATCHED:
-        why = is_flag_set(step.FLAG) and step.stale(ctx)
+        why = step.FLAG in flags and step.stale(ctx)
         if why:
             hookenv.log(f"{step.FLAG} again: {why}", level=hookenv.DEBUG)
             clear_flag(step.FLAG)
@@ -57,6 +59,7 @@ def reinstall_on_upgrade():
     # The resource may be new: install again through the same record; flanneld
     # restarts only if its inputs changed. INSTALLED stays while the record is
     # damaged: it is what tells a missing record from a fresh unit.
+    from charms.flannel.steps import adoption
     if not is_flag_set(RECORD_DAMAGED):
         apply(adoption.take_over(context(), get_flags()))
         clear_flag(INSTALLED)
@@ -70,9 +73,9 @@ def install_flannel():
 @hook("update-status")
 def look_at_etcd():
     # what flanneld does not notice: etcd rebuilt, a lost lease, a missed route
-    if is_flag_set(NETWORK_CONFIGURED) and not is_flag_set(STOPPED) \
-            and not is_flag_set(SERIES_UPGRADE) and not is_flag_set(RECORD_DAMAGED):
-        apply(etcd_look.run(context(), flanneld_started=is_flag_set(SERVICE_RUNNING)))
+    flags = set(get_flags())
+    if NETWORK_CONFIGURED in flags and not flags & {STOPPED, SERIES_UPGRADE, RECORD_DAMAGED}:
+        apply(etcd_look.run(context(), flanneld_started=SERVICE_RUNNING in flags))
 
 
 @when(INSTALLED, ETCD_AVAILABLE, ETCD_TLS)
@@ -116,6 +119,7 @@ def remove_nrpe_check():
 @hook("cos-agent-relation-joined", "cos-agent-relation-changed", "upgrade-charm")
 def publish_to_cos_agent():
     # the rules and dashboard are the charm's files: new ones come with a refresh
+    from charms.flannel.steps import cos_agent
     apply(cos_agent.run(context()))
 
 
@@ -144,6 +148,7 @@ def remove_unstarted_unit():
 
 
 def tear_down():
+    from charms.flannel.steps import teardown
     ctx = context()
     configured = is_flag_set(NRPE_CONFIGURED)
     apply(teardown.run(ctx, masked=is_flag_set(SERIES_UPGRADE),
@@ -154,19 +159,19 @@ def finish():
     """After every handler: the pods' bridge settled on flanneld's lease and
     checksum offload set on its vxlan devices, then the status worked out
     from that same lease."""
-    if is_flag_set(STOPPED):
+    flags = set(get_flags())   # (the steps below set none)
+    if STOPPED in flags:
         return
     ctx = context()
     lease = ctx.lease()
-    if not is_flag_set(SERIES_UPGRADE) and not is_flag_set(RECORD_DAMAGED):
-        apply(bridge.run(ctx, lease, flanneld_started=is_flag_set(SERVICE_RUNNING)))
-        apply(offload.run(ctx, flanneld_started=is_flag_set(SERVICE_RUNNING)))
+    if not flags & {SERIES_UPGRADE, RECORD_DAMAGED}:
+        apply(bridge.run(ctx, lease, flanneld_started=SERVICE_RUNNING in flags))
+        apply(offload.run(ctx, flanneld_started=SERVICE_RUNNING in flags))
     seen = status.Seen(
-        installed=is_flag_set(INSTALLED), series_upgrade=is_flag_set(SERIES_UPGRADE),
+        installed=INSTALLED in flags, series_upgrade=SERIES_UPGRADE in flags,
         etcd_related=ctx.juju.etcd_related(), etcd_ready=ctx.juju.etcd() is not None,
-        network_configured=is_flag_set(NETWORK_CONFIGURED),
-        service_started=is_flag_set(SERVICE_RUNNING),
-        cni_configured=is_flag_set(CNI_CONFIGURED))
+        network_configured=NETWORK_CONFIGURED in flags,
+        service_started=SERVICE_RUNNING in flags, cni_configured=CNI_CONFIGURED in flags)
     shown = status.status(ctx, seen, lease)
     current = [shown.state, shown.message]
     ctx.juju.set_status(shown.state, shown.message,

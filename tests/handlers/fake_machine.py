@@ -122,11 +122,17 @@ class FakeMachine(Machine):
         self.processes[unit] = (next(self._pids), self.since_boot())
 
     # --- the tools --------------------------------------------------------------------------
-    def process_age(self, pid: int) -> Optional[float]:
-        for started_pid, started_at in self.processes.values():
-            if started_pid == pid:
-                return self.since_boot() - started_at
+    def process_started(self, pid: int) -> Optional[float]:
+        """A unit's main process runs while the unit is active (a test that
+        marks it inactive has killed it)."""
+        for unit, (started_pid, started_at) in self.processes.items():
+            if started_pid == pid and self.units.get(unit, {}).get("active"):
+                return started_at
         return None
+
+    def process_age(self, pid: int) -> Optional[float]:
+        started = self.process_started(pid)
+        return None if started is None else self.since_boot() - started
 
     def http_status(self, host: str, port: int, path: str, timeout: float = 1.0
                     ) -> Optional[int]:

@@ -127,3 +127,31 @@ def test_a_hook_that_writes_nothing_imports_no_etcd3gw_requests_or_jinja2():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+HANDLERS_IMPORTS = """
+import importlib.util, sys
+sys.path[:0] = [{lib!r}]
+import charmhelpers.osplatform
+charmhelpers.osplatform.get_platform = lambda: "ubuntu"
+spec = importlib.util.spec_from_file_location("flannel_handlers", {handlers!r})
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+print(sorted(m for m in {unused!r} if m in sys.modules))
+"""
+# what update-status, and every hook but a few, never runs
+ONLY_SOME_HOOKS = ("charms.flannel.steps.adoption", "charms.flannel.steps.cos_agent",
+                   "charms.flannel.steps.teardown", "charms.flannel.adapters.resource",
+                   "charms.flannel.facts.v2_network", "tarfile")
+
+
+def test_the_handlers_import_no_step_that_only_a_few_hooks_run():
+    """Every hook imports reactive/flannel.py: the steps of upgrade-charm,
+    cos-agent's hooks and stop (and the resource's unpacking, the v2
+    keyspace's move) are imported by the handlers that run them, so that an
+    idle hook does not pay for them (`python -m sandbox bench` shows what
+    imports cost)."""
+    code = HANDLERS_IMPORTS.format(lib=str(ROOT / "lib"), handlers=str(
+        ROOT / "reactive" / "flannel.py"), unused=sorted(ONLY_SOME_HOOKS + tuple(HEAVY)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

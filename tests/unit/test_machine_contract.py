@@ -5,6 +5,7 @@ calls on both, and compares what the charm reads back."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -103,6 +104,42 @@ def test_routes_read_and_go_the_same(both):
     for machine in both:
         assert links.remove_pod_network_routes(machine, network) == \
             ["10.1.7.0/24 via 172.31.254.12 dev eth0"]
+
+
+HERE = """
+import json, sys
+sys.path.insert(0, {lib!r})
+from charms.flannel.adapters import links, vxlan
+from charms.flannel.adapters.machine import Machine
+machine = Machine()
+assert machine.is_here
+print(json.dumps([sorted(links.route_destinations(machine)),
+                  vxlan.tx_checksum_offload(machine, "flannel.1"),
+                  vxlan.tx_checksum_offload(machine, "flannel.9")]))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("ethtool"), reason="needs ethtool")
+def test_what_a_hook_asks_the_kernel_itself_reads_as_ip_and_ethtool_say(both):
+    """A hook reads its routes from /proc/net/route and checksum offload
+    with ethtool's ioctl (no command at every idle hook): the same answers
+    as `ip -4 route show` and `ethtool -k`, offload on and off."""
+    real, _ = both
+    real.netns(["ip", "link", "set", "flannel.1", "up"])
+    real.netns(["ip", "route", "add", "10.1.9.0/24", "via", "10.1.9.0", "dev", "flannel.1",
+                "onlink"])   # as flanneld routes a vxlan lease
+    real.netns(["ip", "route", "add", "10.1.10.7", "via", "172.31.254.13"])
+
+    def asked_here():
+        code = HERE.format(lib=str(Path(__file__).resolve().parents[2] / "lib"))
+        return json.loads(real.netns([sys.executable, "-c", code]))
+    for on in (True, False):
+        real.netns(["ethtool", "-K", "flannel.1", vxlan.TX_CHECKSUM_FEATURE, "on" if on else "off"])
+        routes, offload, gone = asked_here()
+        assert routes == sorted(links.route_destinations(real)) == [
+            "10.1.10.7", "10.1.7.0/24", "10.1.9.0/24", "172.31.254.0/24", "default"]
+        assert offload is vxlan.tx_checksum_offload(real, "flannel.1") is on
+        assert gone is vxlan.tx_checksum_offload(real, "flannel.9") is None
 
 
 @pytest.mark.skipif(not shutil.which("iptables-restore"), reason="needs iptables")

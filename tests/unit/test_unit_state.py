@@ -86,7 +86,8 @@ def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_pat
     # keys this revision added, which no earlier one wrote
     added = {"flannel.v2-network-seen", "flannel.v011-rules", "flannel.flanneld-restarts",
              "flannel.tx-checksum-turned-off", "flannel.offload-udev-rule-inputs",
-             "flannel.flanneld-version", "flannel.lease-list", "flannel.registered-lease"}
+             "flannel.flanneld-version", "flannel.lease-list", "flannel.registered-lease",
+             "flannel.flanneld-process"}
     s = state(tmp_path)
     for key, value in previous.items():
         s.kv.set(key, value)

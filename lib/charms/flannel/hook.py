@@ -10,6 +10,7 @@ adapters, facts) runs on any host.
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Optional
@@ -47,6 +48,12 @@ class HookJuju:
         return dict(hookenv.config())
 
     def etcd(self) -> Optional[EtcdRelation]:
+        return self._etcd
+
+    @functools.cached_property
+    def _etcd(self) -> Optional[EtcdRelation]:
+        # read once: the relation's data stands for the hook, and the interface
+        # layer sets its flags from it as the hook starts
         if not (is_flag_set(ETCD_AVAILABLE) and is_flag_set(ETCD_TLS)):
             return None
         endpoint = endpoint_from_flag(ETCD_AVAILABLE)

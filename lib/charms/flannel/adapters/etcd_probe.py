@@ -3,8 +3,9 @@
 update-status must notice etcd gone away, or come back from a rebuild with
 nothing in it (flanneld does not notice: it keeps its subnet and never
 writes its lease again), without paying for etcd3gw and requests (a quarter
-of a second to import on every hook). `look` asks etcd's v3 gateway, over
-one TLS connection, for the network config and for this node's lease.
+of a second to import on every hook). `look` asks etcd's v3 gateway, in one
+request over one TLS connection (a transaction of reads), for the network
+config, this node's lease and the name of its holder.
 
 Every node looks every five minutes: listing every lease each time would
 grow what etcd returns with nodes x leases. So the look first asks for the
@@ -31,6 +32,8 @@ from ..facts.etcd_keys import (API, DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnava
                                lease_subnets, ordered, subnets_key, unit_key)
 
 T = TypeVar("T")
+# etcd's --max-txn-ops default (128): a transaction may hold no more operations
+MAX_TXN_OPS = 128
 
 
 def _subnets(keys: list) -> tuple:
@@ -87,20 +90,30 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
     fingerprint holds) from the first endpoint that answers, trying
     `preferred` first. Raises EtcdUnavailable, naming every endpoint tried."""
     def read(connection: http.client.HTTPSConnection, endpoint: str) -> EtcdView:
-        values, _ = _range(connection, config_key(prefix))
+        # every key in one request (a txn of ranges): a look is one round trip
+        asked = [_range_request(config_key(prefix))]
+        if lease_of:
+            asked.append(_range_request(lease_key(lease_of, prefix)))
+            if unit:
+                asked.append(_range_request(unit_key(unit, prefix)))
+        if lease_of or leases:
+            asked.append(_newest_lease_request(subnets_key(prefix)))
+        answers, header = _txn(connection, asked)
+        values = _values(answers[0])
         lease = listed = public_ip = record = None
         count = len(values)
         if lease_of:
-            mine, _ = _range(connection, lease_key(lease_of, prefix))
+            mine = _values(answers[1])
             lease = bool(mine)
             public_ip = (json_object(mine[0]) or {}).get("PublicIP") if mine else None
             count += len(mine)
-            if unit and lease:
-                named, _ = _range(connection, unit_key(unit, prefix))
-                record = json_object(named[0]) if named else None
+            if unit:
+                named = _values(answers[2])
+                record = json_object(named[0]) if named and lease else None
                 count += len(named)
         if lease_of or leases:
-            listed, keys = _lease_list(connection, subnets_key(prefix), known)
+            listed, keys = _lease_list(connection, subnets_key(prefix), known,
+                                       (answers[-1], header))
             count += keys
         return EtcdView(json_object(values[0]) if values else None, lease, endpoint, listed,
                         count, public_ip if isinstance(public_ip, str) else None, record)
@@ -115,10 +128,15 @@ def lease_values(endpoints: Iterable[str], ca_file: str, cert_file: str, key_fil
     is left out. Raises EtcdUnavailable."""
     def read(connection: http.client.HTTPSConnection, endpoint: str) -> dict[str, dict]:
         found = {}
-        for subnet in subnets:
-            values, _ = _range(connection, lease_key(subnet, prefix))
-            if values:
-                found[subnet] = json_object(values[0]) or {}
+        asked = list(subnets)
+        for start in range(0, len(asked), MAX_TXN_OPS):   # (etcd refuses longer txns)
+            chunk = asked[start:start + MAX_TXN_OPS]
+            answers, _ = _txn(connection, [_range_request(lease_key(subnet, prefix))
+                                           for subnet in chunk])
+            for subnet, answer in zip(chunk, answers):
+                values = _values(answer)
+                if values:
+                    found[subnet] = json_object(values[0]) or {}
         return found
     return _first_answer(endpoints, ca_file, cert_file, key_file, read, preferred, timeout)
 
@@ -149,47 +167,69 @@ def _first_answer(endpoints: Iterable[str], ca_file: str, cert_file: str, key_fi
 
 
 def _lease_list(connection: http.client.HTTPSConnection, prefix: str,
-                known: Optional[LeaseList]) -> tuple[LeaseList, int]:
+                known: Optional[LeaseList], newest: tuple[dict, dict]) -> tuple[LeaseList, int]:
     """The leases under `prefix` (`known` while its fingerprint holds), and
-    how many keys etcd returned for them."""
-    newest, reply = _range(connection, prefix, keys=True, prefix=True, newest_only=True)
+    how many keys etcd returned for them; `newest` is etcd's answer to
+    _newest_lease_request(prefix) and the header it came with."""
+    answer, header = newest
+    created = _keys(answer)
     # the cluster too: another etcd (or one rebuilt) numbers its revisions anew
-    fingerprint = (int(reply.get("count") or 0), int(newest[0][1]) if newest else 0,
-                   str((reply.get("header") or {}).get("cluster_id", "")))
+    fingerprint = (int(answer.get("count") or 0), int(created[0][1]) if created else 0,
+                   str(header.get("cluster_id", "")))
     if known is not None and tuple(known.fingerprint) == fingerprint:
-        return known, len(newest)
-    keys, _ = _range(connection, prefix, keys=True, prefix=True)
-    return LeaseList(fingerprint, _subnets([key for key, _ in keys])), len(newest) + len(keys)
+        return known, len(created)
+    keys = _keys(_post(connection, "kv/range", _range_request(prefix, keys=True, prefix=True)))
+    return LeaseList(fingerprint, _subnets([key for key, _ in keys])), len(created) + len(keys)
 
 
-def _range(connection: http.client.HTTPSConnection, key: str, *, keys: bool = False,
-           prefix: bool = False, newest_only: bool = False) -> tuple[list, dict]:
-    """The values stored at `key` (one, or none; with prefix, every key under
-    it) via the gateway's kv/range; with keys, (key, create revision) pairs
-    instead of the values; with newest_only, the most recently created key
-    alone (the reply's count is still every key's). Also the reply."""
+def _range_request(key: str, *, keys: bool = False, prefix: bool = False) -> dict:
+    """The gateway's RangeRequest for the value at `key` (one, or none; with
+    prefix, every key under it); with keys, the keys alone."""
     request = {"key": base64.b64encode(key.encode()).decode()}
     if prefix:   # range_end: the prefix with its last byte + 1
         end = key[:-1].encode() + bytes([key.encode()[-1] + 1])
         request["range_end"] = base64.b64encode(end).decode()
     if keys:
         request["keys_only"] = True
-    if newest_only:
-        request.update(limit=1, sort_order="DESCEND", sort_target="CREATE")
-    body = json.dumps(request)
-    connection.request("POST", f"{API}/kv/range", body=body,
+    return request
+
+
+def _newest_lease_request(prefix: str) -> dict:
+    """The most recently created key under `prefix` alone (the reply's count
+    is still every key's): the leases' fingerprint."""
+    return dict(_range_request(prefix, keys=True, prefix=True),
+                limit=1, sort_order="DESCEND", sort_target="CREATE")
+
+
+def _txn(connection: http.client.HTTPSConnection, ranges: list[dict]) -> tuple[list, dict]:
+    """Each RangeRequest's answer, read in one transaction (one revision),
+    and the transaction's header."""
+    answer = _post(connection, "kv/txn",
+                   {"success": [{"request_range": request} for request in ranges]})
+    return ([reply.get("response_range") or {} for reply in answer.get("responses") or []],
+            answer.get("header") or {})
+
+
+def _values(answer: dict) -> list[bytes]:
+    return [base64.b64decode(kv.get("value", "")) for kv in answer.get("kvs") or []]
+
+
+def _keys(answer: dict) -> list[tuple[bytes, Any]]:
+    """(key, create revision) of each key of a keys-only answer."""
+    return [(base64.b64decode(kv.get("key", "")), kv.get("create_revision", 0))
+            for kv in answer.get("kvs") or []]
+
+
+def _post(connection: http.client.HTTPSConnection, call: str, request: dict) -> dict:
+    """etcd's JSON answer to one gateway call; raises ValueError for anything but 200."""
+    connection.request("POST", f"{API}/{call}", body=json.dumps(request),
                        headers={"Content-Type": "application/json"})
     reply = connection.getresponse()
     data = reply.read()
     if reply.status != 200:
         raise ValueError(f"etcd answered {reply.status} {reply.reason}: "
                          f"{data[:200].decode(errors='replace')}")
-    answer = json.loads(data)
-    kvs = answer.get("kvs") or []
-    if keys:
-        return [(base64.b64decode(kv.get("key", "")), kv.get("create_revision", 0))
-                for kv in kvs], answer
-    return [base64.b64decode(kv.get("value", "")) for kv in kvs], answer
+    return json.loads(data)
 
 
 def describe(error: BaseException, timeout: float) -> str:

@@ -3,12 +3,17 @@ routes taken away (host-gw's routes to the other nodes' subnets, which
 flanneld leaves when it stops)."""
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import subprocess
 from typing import Iterable
 
 from ..facts.host_network import Link, links_from, pod_network_routes
 from .machine import Machine
+
+# the main table's IPv4 routes, as the reading process's network namespace has them
+PROC_NET_ROUTE = "/proc/net/route"
 
 
 def _ip_json(machine: Machine, *args: str) -> list:
@@ -26,6 +31,25 @@ def read_links(machine: Machine) -> list[Link]:
 def read_routes(machine: Machine, family: int = 4) -> list[dict]:
     """The routes of one family (4 or 6) in every table."""
     return _ip_json(machine, f"-{family}", "route", "show", "table", "all")
+
+
+def route_destinations(machine: Machine) -> set[str]:
+    """The destinations ("10.1.7.0/24") of the IPv4 routes of the main
+    table, where flanneld puts its routes: read from /proc/net/route here
+    (a hook's look at every idle hook), else from `ip`."""
+    if not machine.is_here:
+        return {route.get("dst") for route in _ip_json(machine, "-4", "route", "show")}
+    found = set()
+    with open(PROC_NET_ROUTE) as table:
+        next(table, None)   # the header
+        for line in table:
+            fields = line.split()   # Iface Destination Gateway Flags ... Mask (hex, host order)
+            destination, mask = (ipaddress.IPv4Address(socket.ntohl(int(h, 16)))
+                                 for h in (fields[1], fields[7]))
+            length = bin(int(mask)).count("1")
+            found.add("default" if length == 0 else
+                      str(destination) if length == 32 else f"{destination}/{length}")
+    return found
 
 
 def default_route_interface(machine: Machine) -> str:

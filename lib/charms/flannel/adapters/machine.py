@@ -44,6 +44,13 @@ class Machine:
         """The command's stdout; a failure raises CalledProcessError."""
         return self.run(argv).stdout
 
+    @property
+    def is_here(self) -> bool:
+        """Whether commands run on this process's own kernel (no runner): an
+        adapter may then read /proc or ask the kernel itself, cheaper than a
+        command."""
+        return self._runner is _run_here
+
     def has(self, command: str) -> bool:
         return self._which(command) is not None
 
@@ -64,15 +71,22 @@ class Machine:
         finally:
             conn.close()
 
-    def process_age(self, pid: int) -> Optional[float]:
-        """Seconds since process `pid` started, or None if it is gone. Both
-        ends are on the boot clock (the kernel counts a process's start from
-        boot, CLOCK_BOOTTIME): a step of the wall clock moves neither."""
+    def process_started(self, pid: int) -> Optional[float]:
+        """When process `pid` started, in seconds since boot (the kernel's
+        count, CLOCK_BOOTTIME), or None if it is gone: with the pid, it names
+        one process for the machine's life."""
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             # the fields after the command's name; the 22nd, starttime, in ticks
-            started = int(stat.rpartition(")")[2].split()[19]) / os.sysconf("SC_CLK_TCK")
+            return int(stat.rpartition(")")[2].split()[19]) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
+            return None
+
+    def process_age(self, pid: int) -> Optional[float]:
+        """Seconds since process `pid` started, or None if it is gone. Both
+        ends are on the boot clock: a step of the wall clock moves neither."""
+        started = self.process_started(pid)
+        if started is None:
             return None
         return max(time.clock_gettime(time.CLOCK_BOOTTIME) - started, 0.0)
 

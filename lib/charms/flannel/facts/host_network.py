@@ -221,15 +221,15 @@ def on_link(address: str, link: Link) -> bool:
     return any(wanted in held.network for held in link.addresses)
 
 
-def unrouted_subnets(subnets: Iterable[str], own: Optional[str], routes: Iterable[dict]
+def unrouted_subnets(subnets: Iterable[str], own: Optional[str], destinations: Iterable[str]
                      ) -> tuple:
     """The leased subnets ("10.1.7.0/24") but this node's own that no route
-    of this node (`ip -j -4 route show` entries) leads to. flanneld routes
+    of this node leads to (`destinations`: its IPv4 routes' "10.1.7.0/24"). flanneld routes
     every other node's subnet (vxlan through flannel.<VNI>, host-gw and
     direct routing through the interface) as it hears of the lease; one it
     never heard of stays unreachable from this node's pods. flanneld v0.27.4
     misses the next lease events after a lease of the other IPv6 shape goes
     (seen when IPv6 is turned on or off: a node keeps the route to another's
     old lease and never gets one to its new lease)."""
-    destinations = {route.get("dst") for route in routes}
+    destinations = set(destinations)
     return tuple(s for s in subnets if s != own and s not in destinations)

@@ -142,6 +142,11 @@ class HookContext:
         """The machine's links (host_network.Link)."""
         return machine_links.read_links(self.machine)
 
+    @functools.cached_property
+    def route_destinations(self) -> set[str]:
+        """Where the machine's IPv4 routes lead ("10.1.7.0/24"), read once."""
+        return machine_links.route_destinations(self.machine)
+
     def routes(self, family: int = 4) -> list[dict]:
         """The machine's routes of one family, read once."""
         if family not in self._routes:
@@ -176,7 +181,14 @@ class HookContext:
     @functools.cached_property
     def flanneld_service(self) -> ServiceState:
         """flannel.service as systemd shows it, asked once (forget_flanneld
-        after a restart): active, and its main process."""
+        after a restart): active, and its main process. An idle hook asks
+        systemd only if the main process it named last has gone: while that
+        process runs (the same pid, started at the same moment), its unit is
+        active."""
+        if self.idle and self.state.flanneld_process:
+            pid, started = self.state.flanneld_process
+            if self.machine.process_started(pid) == started:
+                return ServiceState(True, pid)
         return self.systemd.service(SERVICE_NAME)
 
     @property

@@ -39,7 +39,6 @@ from ..facts.host_network import on_link, unrouted_subnets
 from ..facts.netconfig import HOST_GW
 from ..facts.paths import SERVICE_NAME
 from ..facts.status import Problem
-from ..facts.v2_network import carried_ttl, copies, moved
 from .context import HookContext
 from .flags import NETWORK_CONFIGURED, SERVICE_RUNNING
 from .outcome import Outcome
@@ -87,7 +86,8 @@ def look(ctx: HookContext, connection_string: str, timeout: float = 3.0) -> Etcd
         return EtcdHealth(problem=unavailable.reason)
     unrouted = ()
     if view.lease and view.subnets:   # flanneld runs on its lease: does it route the others?
-        unrouted = unrouted_subnets(view.subnets, lease_of.partition("&")[0], ctx.routes(4))
+        unrouted = unrouted_subnets(view.subnets, lease_of.partition("&")[0],
+                                    ctx.route_destinations)
     # (a lease of no address names no holder: nothing to write)
     unnamed = bool(view.lease and view.lease_public_ip) and view.unit_record != unit_record(
         ctx.juju.unit, lease_of, view.lease_public_ip)
@@ -256,6 +256,7 @@ def finish_v2_move(ctx: HookContext, connection_string: str, out: Outcome) -> No
     """Only on a unit that saw flannel v0.11's network (it pays for etcd3gw):
     once every node runs flanneld >= 0.18, delete flannel's v2 keys; until
     then keep the copies of v0.11 nodes' leases alive."""
+    from ..facts.v2_network import carried_ttl, copies, moved
     try:
         with ctx.etcd_store(connection_string, timeout=3.0) as store:
             v2 = store.v2_network()

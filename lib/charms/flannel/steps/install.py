@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..adapters import resource
 from ..adapters.install_record import record_problem
 from ..facts.flanneld import offers_readyz
 from ..facts.paths import install_record_dir
@@ -29,6 +28,7 @@ def stale(ctx: HookContext) -> Optional[str]:
 
 
 def run(ctx: HookContext) -> Outcome:
+    from ..adapters import resource   # (tarfile: not for the hooks that only check)
     out = Outcome()
     try:
         name = resource.resource_name()

@@ -22,7 +22,6 @@ from ..facts.etcd_keys import EtcdUnavailable
 from ..facts.netconfig import NetworkConfig
 from ..facts.options import InvalidOption, NetworkOptions
 from ..facts.status import Problem
-from ..facts.v2_network import carried_ttl, leases_to_carry
 from .context import HookContext
 from .flags import CNI_CONFIGURED, NETWORK_CONFIGURED, SERVICE_RUNNING
 from .outcome import Outcome, inputs_changed
@@ -221,6 +220,7 @@ def _carry_v2_leases(ctx: HookContext, store, network: NetworkConfig, out: Outco
     this node's flanneld first starts: it keeps its subnet and routes the
     nodes still on v0.11 (facts/v2_network.py). Only then: a v2 lease left
     by a node since gone must not come back later."""
+    from ..facts.v2_network import carried_ttl, leases_to_carry
     v2 = store.v2_network()
     if not v2:
         return

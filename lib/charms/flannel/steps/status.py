@@ -77,7 +77,13 @@ def status(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> Status:
 
 def remember(ctx: HookContext) -> None:
     """What an idle hook reuses: Juju runs config-changed for every change,
-    and the binding is asked again in any other hook."""
+    and the binding is asked again in any other hook; flanneld's main
+    process, while it runs, stands for systemd's word on its unit."""
+    if "flanneld_service" in vars(ctx):   # asked in this hook
+        service = ctx.flanneld_service
+        started = service.main_pid and ctx.machine.process_started(service.main_pid)
+        ctx.state.flanneld_process = [service.main_pid, started] \
+            if service.active and started is not None else None
     if ctx.idle:
         return
     ctx.state.config = ctx.config
