@@ -19,7 +19,6 @@ Figures only; nothing here asserts a time.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -78,9 +77,8 @@ def hook_growth(charm: Path, resource: Path, hooks: int, say) -> dict:
 def etcd_load(counts: list[int], say) -> dict:
     """One look's cost against etcd holding each count of leases: the
     charm's own look (lib/ is the charm's library, outside this package)."""
-    lib = str(Path(__file__).resolve().parent.parent / "lib")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
+    from sandbox import import_charm_library
+    import_charm_library()
     from charms.flannel.adapters.etcd_probe import look
     from charms.flannel.facts.etcd_keys import lease_key
     from sandbox.etcd import EtcdServer

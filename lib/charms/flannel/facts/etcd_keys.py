@@ -163,23 +163,22 @@ def json_object(value: bytes) -> Optional[dict[str, Any]]:
     return parsed if isinstance(parsed, dict) else None
 
 
-# Known low-level failures, in the words an operator can act on.
+# Known low-level failures, in the words an operator can act on (patterns, case
+# ignored, compiled only when a connection failed)
 ERROR_PATTERNS = (
-    (re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", re.I),
+    (r"CERTIFICATE_VERIFY_FAILED|certificate verify failed",
      "TLS certificate verification failed: the server's certificate is not signed by the etcd CA "
      "from the relation, or does not name this address"),
-    (re.compile(r"TLSV1_ALERT_UNKNOWN_CA|alert unknown ca|bad certificate|certificate required",
-                re.I),
+    (r"TLSV1_ALERT_UNKNOWN_CA|alert unknown ca|bad certificate|certificate required",
      "etcd rejected the client certificate"),
-    (re.compile(r"SSLEOFError|EOF occurred in violation of protocol|Connection reset", re.I),
+    (r"SSLEOFError|EOF occurred in violation of protocol|Connection reset",
      "etcd cut the TLS handshake short; it most likely rejected the client certificate"),
-    (re.compile(r"Connection refused", re.I), "connection refused"),
-    (re.compile(r"No route to host", re.I), "no route to host"),
-    (re.compile(r"Network is unreachable", re.I), "network unreachable"),
-    (re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name",
-                re.I),
+    (r"Connection refused", "connection refused"),
+    (r"No route to host", "no route to host"),
+    (r"Network is unreachable", "network unreachable"),
+    (r"Name or service not known|nodename nor servname|Temporary failure in name",
      "host name does not resolve"),
-    (re.compile(r"No such file or directory|Could not find the TLS", re.I),
+    (r"No such file or directory|Could not find the TLS",
      "a client certificate, key or CA file is missing"),
 )
 
@@ -187,6 +186,6 @@ ERROR_PATTERNS = (
 def describe_text(detail: str) -> Optional[str]:
     """The operator's words for a known failure text, else None."""
     for pattern, text in ERROR_PATTERNS:
-        if pattern.search(detail):
+        if re.search(pattern, detail, re.I):
             return text
     return None
