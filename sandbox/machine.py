@@ -629,6 +629,14 @@ class Machine:
         tmp.chmod(mode)
         os.replace(tmp, target)
 
+    def run_kernel(self, release: str) -> None:
+        """The machine says it runs kernel `release` ("5.4.0-216-generic")
+        where a program asks (/proc/sys/kernel/osrelease, bound over in its
+        own mount namespace); the kernel itself stays the host's."""
+        self.write_file("/etc/flannel-sandbox-osrelease", release + "\n")
+        self.run(["mount", "--bind", "/etc/flannel-sandbox-osrelease",
+                  "/proc/sys/kernel/osrelease"])
+
     def ls(self, path: str) -> list[str] | None:
         try:
             return sorted(os.listdir(self.path_on_host(path)))

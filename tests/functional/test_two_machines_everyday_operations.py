@@ -176,29 +176,39 @@ def tx_checksum(cluster, machine: str, device: str) -> str:
                 if line.strip().startswith("tx-checksum-ip-generic:"))
 
 
-def test_vxlan_checksum_offload_is_off_and_stays_off_when_the_device_is_made_anew(two):
-    """disable-vxlan-tx-checksumming (on by default): flannel.<vni> without
-    tx checksum offload on every node; flanneld v0.27.4 makes a deleted
-    device anew (with offload on) and the next hook turns it off again;
-    the option turned off puts offload back."""
+def test_vxlan_checksum_offload_follows_the_kernel_and_stays_off_where_wanted(two):
+    """disable-vxlan-tx-checksumming=auto (the default): offload stays on
+    where the kernel has Linux 5.7's NAT fix (the sandbox's), and goes off
+    on a node whose kernel says 5.4; true turns it off everywhere, and
+    flanneld v0.27.4 makes a deleted device anew (with offload on) that the
+    next hook turns off again; auto puts it back on where the kernel is fixed."""
     device = f"flannel.{two.network_config()['Backend'].get('VNI', 1)}"
     for m in MACHINES:
-        assert tx_checksum(two, m, device) == "off", m
+        assert tx_checksum(two, m, device) == "on", m
     m1 = two.machines["m1"]
-    m1.run(["ip", "link", "delete", device])
-    assert wait_for(lambda: device in m1.links(), 30), f"flanneld did not make {device} anew"
-    # (the routes went with the device: update-status restarts flanneld for them)
-    wait_past_restart_grace(two, "m1")
+    m1.run_kernel("5.4.0-216-generic")
     two.controller.update_status("flannel")
     two.settle()
-    assert tx_checksum(two, "m1", device) == "off"
-    with two.timings.phase("juju config flannel disable-vxlan-tx-checksumming=false", two.say):
-        two.configure(**{"disable-vxlan-tx-checksumming": False})
-    for m in MACHINES:
-        assert tx_checksum(two, m, device) == "on", m
-    two.configure(**{"disable-vxlan-tx-checksumming": True})
+    assert (tx_checksum(two, "m1", device), tx_checksum(two, "m2", device)) == ("off", "on")
+    with two.timings.phase("juju config flannel disable-vxlan-tx-checksumming=true", two.say):
+        two.configure(**{"disable-vxlan-tx-checksumming": "true"})
     for m in MACHINES:
         assert tx_checksum(two, m, device) == "off", m
+    m2 = two.machines["m2"]
+    m2.run(["ip", "link", "delete", device])
+    assert wait_for(lambda: device in m2.links(), 30), f"flanneld did not make {device} anew"
+    # (the routes went with the device: update-status restarts flanneld for them)
+    wait_past_restart_grace(two, "m2")
+    two.controller.update_status("flannel")
+    two.settle()
+    assert tx_checksum(two, "m2", device) == "off"
+    two.configure(**{"disable-vxlan-tx-checksumming": "auto"})
+    assert (tx_checksum(two, "m1", device), tx_checksum(two, "m2", device)) == ("off", "on")
+    m1.run(["umount", "/proc/sys/kernel/osrelease"])
+    two.controller.update_status("flannel")
+    two.settle()
+    for m in MACHINES:
+        assert tx_checksum(two, m, device) == "on", m
     assert two.wait_for_flannel(timeout=60)
     assert_ping_both_ways(*pods_everywhere(two).values())
 

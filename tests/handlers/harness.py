@@ -104,6 +104,7 @@ class Unit:
         self.juju.resources["flannel-amd64"] = str(resource(root))
         self.machine = FakeMachine(sys_class_net=self.paths.sys_class_net,
                                    proc_sys_net_bridge=self.paths.proc_sys_net_bridge)
+        self.kernel("5.15.0-91-generic")   # Ubuntu 22.04's
         self.etcd_server, self.pki = etcd, pki
         self.now = 1_000_000.0
         # the machine's boot clock runs with the wall clock (a test may step one alone)
@@ -138,6 +139,11 @@ class Unit:
             v6_network, v6_subnet = ipv6.split(",")
             text += f"FLANNEL_IPV6_NETWORK={v6_network}\nFLANNEL_IPV6_SUBNET={v6_subnet}\n"
         self.paths.subnet_env.write_text(text)
+
+    def kernel(self, release: str) -> None:
+        """The machine runs this kernel (/proc/sys/kernel/osrelease)."""
+        self.paths.kernel_release.parent.mkdir(parents=True, exist_ok=True)
+        self.paths.kernel_release.write_text(release + "\n")
 
     def flanneld_leases(self, subnet: str = "10.1.52.1/24",
                         then: Callable[[], None] = lambda: None) -> None:

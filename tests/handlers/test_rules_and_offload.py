@@ -99,9 +99,30 @@ def test_a_node_without_iptables_is_blocked_naming_it(unit):
     assert unit.machine.started() == 0
 
 
-def test_checksum_offload_is_off_on_flannel_1_and_kept_off_when_it_is_made_anew(unit):
+# -- disable-vxlan-tx-checksumming: auto (the kernel decides), true, false -----------------
+OLD_KERNEL = "5.4.0-216-generic"   # Ubuntu 20.04's: before Linux 5.7's NAT checksum fix
+
+
+def offload_asked(unit):
+    return [call for call in unit.machine.calls if call[0] == "ethtool"]
+
+
+def test_auto_leaves_offload_on_where_the_kernel_is_fixed_and_needs_no_ethtool(unit):
+    unit.machine.missing.add("ethtool")
+    deployed_with_rules(unit)   # on 5.15
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+    assert "flannel.1" not in unit.machine.tx_checksum   # never touched: the kernel's on
+    assert offload_asked(unit) == []
+    assert not unit.paths.offload_udev_rule.exists()
+
+
+def test_auto_turns_offload_off_on_a_kernel_before_5_7_and_keeps_it_off(unit):
+    unit.kernel(OLD_KERNEL)
     deployed_with_rules(unit)
     assert unit.machine.tx_checksum["flannel.1"] is False
+    assert f"Turned transmit checksum offload off on flannel.1 (auto: kernel {OLD_KERNEL} " \
+           "predates Linux 5.7's fix of NAT on offloaded vxlan checksums)" in unit.log
     # flanneld made the device anew (a crash, a deleted device): offload on again
     unit.machine.tx_checksum["flannel.1"] = True
     unit.hook("update-status")
@@ -113,18 +134,62 @@ UDEV_RULE = ('ACTION=="add", SUBSYSTEM=="net", KERNEL=="flannel.[0-9]*|flannel-v
              'RUN+="/usr/sbin/ethtool -K %k tx-checksum-ip-generic off"')
 
 
-def test_a_udev_rule_turns_offload_off_as_flanneld_makes_a_device_and_goes_with_flannel(unit):
-    deployed_with_rules(unit)
+def test_true_turns_offload_off_on_any_kernel_with_a_udev_rule_that_goes_with_flannel(unit):
+    configure(unit, disable_vxlan_tx_checksumming="true")
+    deployed_with_rules(unit)   # on 5.15
+    assert unit.machine.tx_checksum["flannel.1"] is False
     assert UDEV_RULE in unit.paths.offload_udev_rule.read_text().splitlines()
     unit.hook("stop")
     assert not unit.paths.offload_udev_rule.exists()
 
 
+def test_false_leaves_offload_on_even_before_5_7(unit):
+    unit.kernel(OLD_KERNEL)
+    configure(unit, disable_vxlan_tx_checksumming="False")
+    deployed_with_rules(unit)
+    assert "flannel.1" not in unit.machine.tx_checksum
+    assert not unit.paths.offload_udev_rule.exists()
+
+
+def test_a_refresh_from_the_boolean_option_keeps_what_the_operator_set(unit):
+    """Revisions before `auto` had a boolean, true by default. A unit whose
+    operator set it keeps it (Juju hands the charm the boolean it kept);
+    one left at the old default gets auto: offload back on where the kernel
+    is fixed, on the devices the charm had turned it off on, flanneld not
+    restarted."""
+    configure(unit, disable_vxlan_tx_checksumming=True)   # the old boolean
+    deployed_with_rules(unit)
+    assert unit.machine.tx_checksum["flannel.1"] is False
+    configure(unit, disable_vxlan_tx_checksumming="auto")
+    unit.hook("upgrade-charm")
+    assert unit.machine.tx_checksum["flannel.1"] is True
+    assert not unit.paths.offload_udev_rule.exists()
+    assert unit.machine.started() == 1
+    assert "(auto: kernel 5.15.0-91-generic has Linux 5.7's fix" in unit.log
+    configure(unit, disable_vxlan_tx_checksumming=False)
+    assert unit.machine.tx_checksum["flannel.1"] is True
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_an_invalid_value_blocks_naming_the_option_and_changes_nothing(unit):
+    unit.kernel(OLD_KERNEL)
+    deployed_with_rules(unit)
+    configure(unit, disable_vxlan_tx_checksumming="maybe")
+    assert unit.status == ("blocked", 'Invalid disable-vxlan-tx-checksumming: "maybe" is not '
+                                      "auto, true or false")
+    assert unit.machine.tx_checksum["flannel.1"] is False
+    assert unit.paths.offload_udev_rule.exists()
+    assert unit.machine.started() == 1
+    configure(unit, disable_vxlan_tx_checksumming="auto")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
 def test_turning_the_option_off_puts_offload_back_on_the_devices_the_charm_changed(unit):
+    unit.kernel(OLD_KERNEL)
     unit.machine.links["vxlan.calico"] = Link("vxlan.calico", kind="vxlan")
     unit.machine.tx_checksum["vxlan.calico"] = False   # someone else's
     deployed_with_rules(unit)
-    configure(unit, disable_vxlan_tx_checksumming=False)
+    configure(unit, disable_vxlan_tx_checksumming="false")
     assert not unit.paths.offload_udev_rule.exists()
     assert unit.machine.tx_checksum["flannel.1"] is True
     assert unit.machine.tx_checksum["vxlan.calico"] is False
@@ -142,13 +207,14 @@ def test_turning_the_option_off_puts_offload_back_on_devices_the_udev_rule_turne
     def flanneld_under_udev():
         flanneld_writes_its_rules(unit)()
         unit.machine.tx_checksum["flannel.1"] = False   # the charm's udev rule, at once
+    unit.kernel(OLD_KERNEL)
     unit.machine.iptables["iptables"] = f"*nat\n:POSTROUTING ACCEPT [0:0]\n{OPERATORS_RULE}\n" \
                                         "COMMIT\n"
     deployed(unit, flanneld_also=flanneld_under_udev)
     unit.hook("update-status")
     assert unit.paths.offload_udev_rule.exists()
     assert unit.machine.tx_checksum["flannel.1"] is False
-    configure(unit, disable_vxlan_tx_checksumming=False)
+    configure(unit, disable_vxlan_tx_checksumming="false")
     assert not unit.paths.offload_udev_rule.exists()
     assert unit.machine.tx_checksum["flannel.1"] is True
     assert unit.machine.started() == 1
@@ -158,6 +224,7 @@ def test_turning_the_option_off_puts_offload_back_on_devices_the_udev_rule_turne
 
 
 def test_without_ethtool_the_unit_is_blocked_naming_it_until_it_is_installed(unit):
+    unit.kernel(OLD_KERNEL)
     unit.machine.missing.add("ethtool")
     deployed_with_rules(unit)
     assert unit.status == ("blocked", "disable-vxlan-tx-checksumming needs ethtool, which this "

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from charms.flannel.facts.offload import choose
 from charms.flannel.facts.options import InvalidOption, NetworkOptions, parse_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,9 +338,9 @@ def test_a_large_vni_is_fine_without_ipv6_and_with_host_gw():
 
 # -- enable-nftables, disable-vxlan-tx-checksumming -----------------------------------
 
-def test_nftables_is_off_and_checksum_offload_off_by_default():
+def test_nftables_is_off_and_checksum_offload_left_to_the_kernel_by_default():
     options = parse_options({})
-    assert (options.nftables, options.tx_checksum_off) == (False, True)
+    assert (options.nftables, options.tx_checksum_off) == (False, None)
     assert "EnableNFTables" not in options.network_config().to_json()
 
 
@@ -349,8 +350,36 @@ def test_nftables_reaches_the_network_config_flanneld_reads():
     assert options.network_config().rules_tool == "nft"
 
 
-@pytest.mark.parametrize("option", ["enable-nftables", "disable-vxlan-tx-checksumming"])
-def test_a_switch_that_is_not_a_boolean_is_named(option):
+def test_enable_nftables_that_is_not_a_boolean_is_named():
     with pytest.raises(InvalidOption) as error:
-        parse_options(config(**{option: "yes"}))
-    assert str(error.value) == f'Invalid {option}: "yes" is not true or false'
+        parse_options(config(**{"enable-nftables": "yes"}))
+    assert str(error.value) == 'Invalid enable-nftables: "yes" is not true or false'
+
+
+@pytest.mark.parametrize("value, off", [
+    ("auto", None), ("AUTO ", None), ("true", True), ("False", False),
+    (True, True), (False, False)])   # a boolean: what the option was before auto
+def test_checksum_offload_is_auto_true_or_false(value, off):
+    assert parse_options(config(**{"disable-vxlan-tx-checksumming": value})).tx_checksum_off \
+        is off
+
+
+@pytest.mark.parametrize("value", ["yes", "", 1])
+def test_checksum_offload_that_is_not_auto_true_or_false_is_named(value):
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(**{"disable-vxlan-tx-checksumming": value}))
+    assert str(error.value).startswith("Invalid disable-vxlan-tx-checksumming: ")
+    assert str(error.value).endswith(" is not auto, true or false")
+
+
+@pytest.mark.parametrize("release, off", [
+    ("5.4.0-216-generic", True),     # Ubuntu 20.04: before the fix
+    ("5.6.19", True),
+    ("5.7.0", False),                # ea64d8d6c675 is in 5.7
+    ("5.15.0-91-generic", False),    # 22.04
+    ("6.8.0-45-generic", False),     # 24.04
+    ("6.18.44-fc-v1272", False),
+    ("", True), (None, True)])       # not known to be fixed: off, as before auto
+def test_auto_turns_offload_off_on_kernels_before_5_7_only(release, off):
+    assert choose(None, release).off is off
+    assert choose(True, release).off is True and choose(False, release).off is False

@@ -56,7 +56,7 @@ DEFAULTS: Mapping[str, object] = {
     "ipv6-cidr": "",
     "ipv6-subnet-len": DEFAULT_IPV6_SUBNET_LEN,
     "enable-nftables": False,
-    "disable-vxlan-tx-checksumming": True,
+    "disable-vxlan-tx-checksumming": "auto",
 }
 
 # Ranges a pod network must not overlap: packets there never reach a pod.
@@ -104,9 +104,10 @@ class NetworkOptions:
     ipv6_cidr: Optional[ipaddress.IPv6Network] = None  # dual-stack's IPv6 pod network; None: off
     ipv6_subnet_len: int = DEFAULT_IPV6_SUBNET_LEN
     nftables: bool = False   # flanneld's rules in nft tables instead of iptables chains
-    # tx checksum offload off on flanneld's vxlan devices (not part of the
-    # network config: each node's own devices)
-    tx_checksum_off: bool = True
+    # tx checksum offload off on flanneld's vxlan devices (True), on (False),
+    # or as the kernel needs (None: facts/offload.py); each node's own devices,
+    # not part of the network config
+    tx_checksum_off: Optional[bool] = None
 
     def network_config(self) -> NetworkConfig:
         """The network config these options ask etcd to hold."""
@@ -164,8 +165,7 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
         _check_ipv6_combination(ipv6_cidr, ipv6_subnet_len, vni, backend)
 
     nftables = _parse_bool("enable-nftables", get("enable-nftables"))
-    tx_checksum_off = _parse_bool("disable-vxlan-tx-checksumming",
-                                  get("disable-vxlan-tx-checksumming"))
+    tx_checksum_off = _parse_offload(get("disable-vxlan-tx-checksumming"))
 
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
     if subnet_len < shortest:
@@ -311,6 +311,18 @@ def _parse_bool(option: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidOption(option, f"{_quoted(value)} is not true or false")
     return value
+
+
+def _parse_offload(value: object) -> Optional[bool]:
+    """auto (None), true or false; a boolean is what an earlier revision's
+    boolean option left set (if Juju kept it across the refresh)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text in ("auto", "true", "false"):
+        return None if text == "auto" else text == "true"
+    raise InvalidOption("disable-vxlan-tx-checksumming",
+                        f"{_quoted(value)} is not auto, true or false")
 
 
 def _parse_direct_routing(value: object, backend: str) -> bool:

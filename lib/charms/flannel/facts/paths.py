@@ -61,6 +61,9 @@ class Paths:
     modules_load_dir: Path = Path("/etc/modules-load.d")
     # br_netfilter's sysctls: there only while the module is loaded
     proc_sys_net_bridge: Path = Path("/proc/sys/net/bridge")
+    # the running kernel's release ("6.8.0-45-generic"): whether it has the
+    # NAT fix that makes checksum offload safe (facts/offload.py)
+    kernel_release: Path = Path("/proc/sys/kernel/osrelease")
 
     @classmethod
     def under(cls, root: os.PathLike) -> "Paths":

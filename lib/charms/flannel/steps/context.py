@@ -220,6 +220,14 @@ class HookContext:
         for name in ("flanneld_service", "flanneld_age", "flanneld_ready"):
             self.__dict__.pop(name, None)
 
+    @functools.cached_property
+    def kernel_release(self) -> Optional[str]:
+        """The running kernel's release ("6.8.0-45-generic"), None if unreadable."""
+        try:
+            return self.paths.kernel_release.read_text().strip() or None
+        except OSError:
+            return None
+
     def lease(self) -> Optional[SubnetEnv]:
         """flanneld's lease as subnet.env says it now."""
         return node_files.read_lease(self.paths.subnet_env)

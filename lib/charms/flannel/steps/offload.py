@@ -1,15 +1,18 @@
-"""Transmit checksum offload off on flanneld's vxlan devices
-(disable-vxlan-tx-checksumming), at the end of every hook.
+"""Transmit checksum offload off on flanneld's vxlan devices where it is
+wanted (disable-vxlan-tx-checksumming: `auto` on kernels before Linux 5.7,
+facts/offload.py; or `true`), at the end of every hook.
 
-On some NICs and with NAT in the path, vxlan packets leave with bad UDP
-checksums (flannel issues 1279 and 1282; flannel leaves the fix to the
-operator). flanneld makes its devices anew when it restarts, after a
+With NAT in the path on those kernels (and on some NICs), vxlan packets
+leave with bad UDP checksums (flannel issues 1279 and 1282; flannel leaves
+the fix to the operator). flanneld makes its devices anew when it restarts, after a
 device is deleted and after a reboot, always with offload on: a udev rule
 of the charm's turns it off as the device appears (where udev runs), and
-every hook (update-status at the latest) looks again. Turning the option
-off removes the rule and puts offload back on the devices the charm turned
-it off on, and on those only: every flanneld vxlan device a hook saw while
-the option was on (found on and turned off, or found off: the rule's work).
+every hook (update-status at the latest) looks again. Offload no longer
+wanted (the option set to false, or auto on a fixed kernel: a refresh from a
+revision whose default was true) removes the rule and puts offload back on
+the devices the charm turned it off on, and on those only: every flanneld
+vxlan device a hook saw while it was wanted off (found on and turned off,
+or found off: the rule's work).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import subprocess
 from ..adapters import vxlan
 from ..facts import commands
 from ..facts.digest import digest
+from ..facts.offload import choose
 from ..facts.paths import OFFLOAD_UDEV_RULE_NAME, UDEV_RULE_MODE
 from ..facts.status import Problem
 from .context import HookContext
@@ -30,7 +34,8 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     if options is None or confirmed is None or not flanneld_started:
         return out   # blocked on an option, or flanneld not started yet: as it is
     turned = set(ctx.state.tx_checksum_turned_off or ())
-    wanted_off = options.tx_checksum_off and confirmed.vxlan
+    choice = choose(options.tx_checksum_off, ctx.kernel_release)
+    wanted_off = choice.off and confirmed.vxlan
     problem = commands.offload_command_problem(ctx.machine.has) if wanted_off else None
     out.found(Problem.OFFLOAD, problem)
     if problem:
@@ -46,7 +51,7 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
             for device in devices:
                 if vxlan.tx_checksum_offload(ctx.machine, device):
                     vxlan.set_tx_checksum_offload(ctx.machine, device, on=False)
-                    out.say(f"Turned transmit checksum offload off on {device}")
+                    out.say(f"Turned transmit checksum offload off on {device} ({choice.why})")
                 # found off, it is the charm's doing too: its udev rule turns
                 # offload off as flanneld makes the device, before any hook looks
                 turned.add(device)
@@ -55,7 +60,8 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
                 if (ctx.paths.sys_class_net / device).exists() and \
                         vxlan.tx_checksum_offload(ctx.machine, device) is False:
                     vxlan.set_tx_checksum_offload(ctx.machine, device, on=True)
-                    out.say(f"Turned transmit checksum offload back on on {device}")
+                    out.say(f"Turned transmit checksum offload back on on {device} "
+                            f"({choice.why})")
             turned = set()
     except (OSError, subprocess.SubprocessError) as error:
         out.say(f"Could not set checksum offload on flanneld's vxlan devices: {error}", True)
