@@ -298,7 +298,7 @@ def render_hook(group):
 def test_hook_template_renders_and_compiles():
     for group in ("hook", "etcd", "nrpe-external-master"):
         text = render_hook(group)
-        assert text.startswith("#!/usr/bin/env python3\n")
+        assert text.startswith("#!/bin/sh\n")
         assert 'for its "{}" hooks'.format(group) in text
         compile(text, group, "exec")
 
@@ -363,6 +363,76 @@ def test_hook_reexecs_into_the_venv_and_runs_reactive(unit, tmp_path):
     assert run.returncode == 0, run.stdout
     assert run.stdout == "", "the hook must not print when nothing is installed"
     assert record.read_text().splitlines() == [str(hook), "extra-arg", "VENV=" + unit.venv]
+
+
+def hook_unit(unit, tmp_path):
+    """A unit with the rendered config-changed hook and the real bootstrap;
+    the machine's python3 (this one) first on a PATH of the test's own."""
+    charm = Path(unit.charm_dir)
+    (charm / "hooks").mkdir()
+    hook = charm / "hooks" / "config-changed"
+    hook.write_text(render_hook("hook"))
+    hook.chmod(0o755)
+    (charm / "lib" / "charms" / "flannel").mkdir(parents=True)
+    (charm / "lib" / "charms" / "flannel" / "bootstrap.py").write_bytes(
+        (REPO / "lib" / "charms" / "flannel" / "bootstrap.py").read_bytes())
+    machine_bin = tmp_path / "machine-bin"
+    machine_bin.mkdir()
+    (machine_bin / "python3").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("CHARM_DIR", "JUJU_CHARM_DIR")}
+    env["PATH"] = "{}:{}".format(machine_bin, os.environ["PATH"])
+    return hook, env
+
+
+def test_a_hook_goes_straight_to_the_venvs_python_once_it_holds_the_wheelhouse(unit, tmp_path):
+    """Run as Juju runs it (exec'd, its sh part first): with the venv in
+    place and the wheelhouse as the venv recorded it, the venv's python3
+    runs the hook itself, the machine's python3 is never started."""
+    import subprocess
+
+    hook, env = hook_unit(unit, tmp_path)
+    fake_installed_venv(unit, "placeholder")
+    bootstrap._record_fingerprint(unit, bootstrap.wheelhouse_fingerprint(unit))
+    record = tmp_path / "exec.txt"
+    Path(unit.python).write_text(   # a venv python that records how it was started
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" \"VENV=$VIRTUAL_ENV\" \"PATH=$PATH\" "
+        "\"REEXEC=$FLANNEL_BOOTSTRAP_VENV\" > {}\n".format(record))
+    run = subprocess.run([str(hook), "extra-arg"], env=env, cwd=str(unit.charm_dir),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 0, run.stdout
+    lines = record.read_text().splitlines()
+    assert lines[:3] == [str(hook), "extra-arg", "VENV=" + unit.venv]
+    assert lines[3].startswith("PATH={}/bin:".format(unit.venv)) and lines[4] == "REEXEC="
+
+
+def test_a_venv_python_that_finds_the_wheelhouse_changed_hands_back_to_the_machines(
+        unit, tmp_path):
+    """upgrade-charm brought another wheelhouse: the venv's python, started
+    by the hook's sh part, leaves the install to the machine's python3 (PATH
+    without the venv), which installs and hands the hook back to the venv."""
+    import subprocess
+
+    hook, env = hook_unit(unit, tmp_path)
+    code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('b', "
+            "sys.argv[1]); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+            "m.Layout.__init__.__globals__['sys'].prefix = sys.argv[2]; "
+            "m._run_in_venv(sys.argv[3], sys.argv[4], sys.argv[4:], 'x')")
+    record = tmp_path / "exec.txt"
+    machine_python = tmp_path / "machine-bin" / "python3"
+    machine_python.unlink()
+    machine_python.write_text("#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" \"VENV=$VIRTUAL_ENV\" > {}\n"
+                              .format(record))
+    machine_python.chmod(0o755)
+    fake_installed_venv(unit, "placeholder")   # and no fingerprint: the wheelhouse changed
+    env["PATH"] = "{}/bin:{}".format(unit.venv, env["PATH"])   # as the sh part set it
+    env["VIRTUAL_ENV"] = unit.venv
+    run = subprocess.run([sys.executable, "-c", code,
+                          str(Path(unit.charm_dir) / "lib" / "charms" / "flannel" / "bootstrap.py"),
+                          unit.venv, unit.charm_dir, str(hook), "extra-arg"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 0, run.stdout
+    assert record.read_text().splitlines() == [
+        str(machine_python), str(hook), "extra-arg", "VENV="]
 
 
 # --- the pure-wheel install (what scripts/build-charm ships) --------------------------

@@ -112,7 +112,7 @@ def test_charm_has_its_hooks_and_interfaces(built_charm):
     for endpoint in ("etcd", "cni", "nrpe-external-master"):
         for event in ("joined", "changed", "departed", "broken"):
             assert os.access(hooks / "{}-relation-{}".format(endpoint, event), os.X_OK)
-    assert (hooks / "install").read_text().startswith("#!/usr/bin/env python3\n")
+    assert (hooks / "install").read_text().startswith("#!/bin/sh\n")
     assert 'for its "hook" hooks' in (hooks / "install").read_text()
     assert 'for its "etcd" hooks' in (hooks / "etcd-relation-changed").read_text()
     assert (hooks / "relations" / "etcd" / "requires.py").is_file()
@@ -238,14 +238,23 @@ def test_install_hook_bootstraps_offline_and_runs_reactive(built_charm, tmp_path
     os_release.write_text(OS_RELEASE[series])
     probe = tmp_path / "probe.txt"
     env = dict(os.environ)  # PIP_FIND_LINKS and friends included: the bootstrap must ignore them
+    # the base's python3 is the machine's: first on PATH, as Juju runs hooks
+    # (a wrapper that logs each start of the machine's python3)
+    machine_bin = tmp_path / "machine-bin"
+    machine_bin.mkdir()
+    starts = tmp_path / "machine-python.log"
+    (machine_bin / "python3").write_text('#!/bin/sh\necho "$@" >> {}\nexec {} "$@"\n'.format(
+        starts, python))
+    (machine_bin / "python3").chmod(0o755)
     env.update(CHARM_DIR=str(charm), JUJU_CHARM_DIR=str(charm), JUJU_UNIT_NAME="flannel/0",
                JUJU_MODEL_NAME="test", JUJU_AVAILABILITY_ZONE="", FLANNEL_TEST_PROBE=str(probe),
                FLANNEL_TEST_TOOLS_LOG=str(tmp_path / "tools.log"), CC="/bin/false",
-               PATH="{}:{}".format(tmp_path / "tools", os.environ["PATH"]))
+               PATH="{}:{}:{}".format(machine_bin, tmp_path / "tools", os.environ["PATH"]))
     env.pop("JUJU_HOOK_NAME", None)
 
     started = time.monotonic()
-    run = in_ubuntu_without_network([python, charm / "hooks" / "install"], os_release, env, charm)
+    # exec'd as Juju does: the hook's sh part finds no venv and starts python3
+    run = in_ubuntu_without_network([charm / "hooks" / "install"], os_release, env, charm)
     first = time.monotonic() - started
     log_file = agent / "flannel-bootstrap.log"
     log = log_file.read_text() if log_file.exists() else ""
@@ -278,15 +287,18 @@ def test_install_hook_bootstraps_offline_and_runs_reactive(built_charm, tmp_path
     versions = json.loads(run.stdout.strip().splitlines()[-1])
     assert versions["Jinja2"].startswith("2.") and versions["MarkupSafe"].startswith("2.0")
 
-    # A later hook finds the venv current: no pip, and quick.
+    # A later hook finds the venv current: no pip, and quick; its sh part starts
+    # the venv's python3 alone, not the machine's
+    assert starts.read_text().splitlines() == [str(charm / "hooks" / "install")]
     started = time.monotonic()
-    run = in_ubuntu_without_network([python, charm / "hooks" / "config-changed"],
-                                    os_release, env, charm)
+    run = in_ubuntu_without_network([charm / "hooks" / "config-changed"], os_release, env, charm)
     again = time.monotonic() - started
     assert run.returncode == 0, run.stdout
     assert run.stdout == "", "a hook with nothing to do prints nothing (no pkg_resources warning)"
     assert probe.read_text().splitlines()[-1].split()[0] == "config-changed"
     assert (agent / "flannel-bootstrap.log").read_text().count("installing wheelhouse") == 1
+    assert starts.read_text().splitlines() == [str(charm / "hooks" / "install")], \
+        "the machine's python3 started for config-changed"
     print("config-changed with the venv in place: {:.2f}s".format(again))
 
 

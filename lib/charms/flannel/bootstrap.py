@@ -1,7 +1,9 @@
 """Install the charm's Python dependencies on the unit, then run the hook.
 
 STANDARD LIBRARY ONLY: this module runs at the start of every hook, before any
-of the charm's dependencies exist, under the machine's own python3.
+of the charm's dependencies exist, under the machine's own python3 (or the
+venv's: a hook's sh part starts the venv's python3 directly once it exists,
+and step 2 runs there, handing back to the machine's python3 for step 3).
 
 Every hook (hooks/hook.template) calls :func:`run_hook`, which:
 
@@ -481,6 +483,22 @@ def ensure(charm_dir: str, venv_dir: str | None = None) -> str:
     return layout.python
 
 
+def _hand_back_to_the_machines_python(layout: Layout, hook_path: str, argv: list[str]) -> None:
+    """Run the hook again with the machine's python3 (PATH without the venv's
+    bin), which installs the wheelhouse and comes back; does not return."""
+    venv_bin = os.path.realpath(os.path.join(layout.venv, "bin"))
+    path = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                           if d and os.path.realpath(d) != venv_bin)
+    python = shutil.which("python3", path=path)
+    if python is None:
+        raise BootstrapError("no python3 on PATH ({}) to install the wheelhouse with".format(path))
+    env = dict(os.environ, PATH=path)
+    env.pop("VIRTUAL_ENV", None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(python, [python, os.path.abspath(hook_path)] + argv[1:], env)
+
+
 def _in_venv(venv: str) -> bool:
     return os.path.realpath(sys.prefix) == os.path.realpath(venv)
 
@@ -562,7 +580,10 @@ def run_hook(charm_dir: str, hook_path: str, argv: list[str] | None = None) -> N
     In the machine's python3 this ensures the venv and re-executes the hook
     with the venv's python (so sys.argv[0], from which charms.reactive takes
     the hook name, stays the hook's path); it does not return. In the venv's
-    python it puts ``lib/`` on sys.path and runs charms.reactive.
+    python (where the hook's sh part sends it once the venv exists) it checks
+    that the venv still holds this wheelhouse (a stat per file; else back to
+    the machine's python3, which installs it), puts ``lib/`` on sys.path and
+    runs charms.reactive.
     """
     _run_in_venv(charm_dir, hook_path, argv, "charms.reactive")
 
@@ -577,7 +598,11 @@ def _run_in_venv(charm_dir: str, hook_path: str, argv: list[str] | None, module:
     layout = Layout(charm_dir)
     argv = list(sys.argv if argv is None else argv)
     if _in_venv(layout.venv):
-        os.environ.pop(REEXEC_ENV, None)
+        if not os.environ.pop(REEXEC_ENV, None) and \
+                not _fingerprint_matches(layout, wheelhouse_fingerprint(layout)):
+            # the hook's sh part found the venv, but the wheelhouse changed
+            # since it was made (upgrade-charm): the machine's python3 installs
+            _hand_back_to_the_machines_python(layout, hook_path, argv)
         if layout.lib not in sys.path:
             sys.path.append(layout.lib)
         # charms.reactive imports pkg_resources, which warns on every import
