@@ -194,18 +194,22 @@ def test_flanneld_found_dead_is_started_again(unit):
     assert unit.status[0] == "active"
 
 
-def test_an_idle_hook_asks_systemd_only_once_flanneld_s_process_is_gone(unit):
+def test_a_hook_asks_systemd_only_once_flanneld_s_process_is_gone(unit):
     """While the main process systemd named in the last hook runs, the
-    unit is active: update-status asks systemd nothing (a `systemctl` is
-    the dearest call of an idle hook). A flanneld systemd restarted (a new
-    process) is asked about again, and its age counted afresh."""
+    unit is active: update-status (or a config-changed that changes
+    nothing) asks systemd nothing (a `systemctl` was the dearest call of an
+    idle hook). A flanneld systemd restarted (a new process) is asked about
+    again, and its age counted afresh."""
     deployed(unit)
     unit.hook("update-status")
     asked = lambda: [c for c in unit.machine.calls if c[0] == "systemctl"]  # noqa: E731
     unit.machine.calls.clear()
     unit.hook("update-status")
     assert asked() == [] and unit.status[0] == "active"
+    unit.hook("config-changed")
+    assert [c for c in asked() if c[1] == "show"] == [] and unit.status[0] == "active"
     unit.machine.restarted_by_systemd()
+    unit.machine.calls.clear()
     unit.hook("update-status")
     assert [c[:2] for c in asked()] == [["systemctl", "show"]]   # not restarted by the charm
     unit.machine.calls.clear()

@@ -181,11 +181,10 @@ class HookContext:
     @functools.cached_property
     def flanneld_service(self) -> ServiceState:
         """flannel.service as systemd shows it, asked once (forget_flanneld
-        after a restart): active, and its main process. An idle hook asks
-        systemd only if the main process it named last has gone: while that
-        process runs (the same pid, started at the same moment), its unit is
-        active."""
-        if self.idle and self.state.flanneld_process:
+        after a restart): active, and its main process. A hook asks systemd
+        only if the main process it named last has gone: while that process
+        runs (the same pid, started at the same moment), its unit is active."""
+        if self.state.flanneld_process:
             pid, started = self.state.flanneld_process
             if self.machine.process_started(pid) == started:
                 return ServiceState(True, pid)
@@ -217,8 +216,11 @@ class HookContext:
         return health.ready(self.machine)
 
     def forget_flanneld(self) -> None:
+        """After the charm started, stopped or restarted flanneld: systemd is
+        asked again, whatever process ran before."""
         for name in ("flanneld_service", "flanneld_age", "flanneld_ready"):
             self.__dict__.pop(name, None)
+        self.state.flanneld_process = None
 
     @functools.cached_property
     def kernel_release(self) -> Optional[str]:

@@ -332,6 +332,7 @@ def pause(ctx: HookContext) -> Outcome:
     nothing runs until post-series-upgrade."""
     for verb in ("stop", "disable", "mask"):
         ctx.systemd.do(verb, SERVICE_NAME)
+    ctx.forget_flanneld()
     return Outcome().set(SERIES_UPGRADE)
 
 

@@ -116,7 +116,7 @@ class UnitState:
     flanneld_process = _Key(
         "flannel.flanneld-process",
         "[pid, start in seconds since boot] of flannel.service's main process when a hook "
-        "last asked systemd: an idle hook that finds it still running asks systemd nothing.")
+        "last asked systemd: a hook that finds it still running asks systemd nothing.")
     tx_checksum_turned_off = _Key(
         "flannel.tx-checksum-turned-off",
         "flanneld's vxlan devices on which the charm turned transmit checksum offload off "
