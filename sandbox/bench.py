@@ -344,9 +344,12 @@ def profile_dir(cluster) -> Path:
     from sandbox import import_charm_library
     import_charm_library()
     from charms.flannel.bootstrap import PROFILE_ENV
+    from charms.flannel.hook_profile import CPROFILE_ENV
     where = Path(cluster.workdir) / "hook-profiles"
     where.mkdir(exist_ok=True)
     cluster.controller.agent.extra_env[PROFILE_ENV] = str(where)
+    if os.environ.get(CPROFILE_ENV):  # cProfile statistics per hook, for a closer look
+        cluster.controller.agent.extra_env[CPROFILE_ENV] = os.environ[CPROFILE_ENV]
     return where
 
 
