@@ -10,7 +10,8 @@ changed; after them, `finish` settles the pods' bridge on flanneld's lease
 and sets the status from what the hook saw.
 """
 from charmhelpers.core import hookenv
-from charms.reactive import clear_flag, get_flags, hook, is_flag_set, when, when_not
+from charms.reactive import (clear_flag, get_flags, hook, is_flag_set, set_flag, when,
+                             when_not)
 
 from charms.flannel.hook import apply, context
 # the steps every hook may run; those of a few hooks (adoption, cos_agent,
@@ -18,9 +19,9 @@ from charms.flannel.hook import apply, context
 from charms.flannel.steps import (bridge, cni, etcd_look, flanneld, install, network, nrpe,
                                   offload, status)
 from charms.flannel.steps.flags import (CNI_CONFIGURED, CNI_JOINED, ETCD_AVAILABLE, ETCD_TLS,
-                                        INSTALLED, NETWORK_CONFIGURED, NRPE_AVAILABLE,
-                                        NRPE_CONFIGURED, RECORD_DAMAGED, SERIES_UPGRADE,
-                                        SERVICE_RUNNING, STOPPED)
+                                        INSTALLED, LEASES_REACHABLE, NETWORK_CONFIGURED,
+                                        NRPE_AVAILABLE, NRPE_CONFIGURED, RECORD_DAMAGED,
+                                        SERIES_UPGRADE, SERVICE_RUNNING, STOPPED)
 
 # the steps whose results can go stale, in flag order
 WATCHED = (install, network, flanneld, cni, nrpe)
@@ -39,6 +40,11 @@ def watch_inputs():
                                          damaged=RECORD_DAMAGED in flags))
     if checked.set_flags or STOPPED in flags or SERIES_UPGRADE in flags:
         return
+    # where the leases are kept, etcd or the Kubernetes API, can be reached
+    reachable = ctx.kubeconfig() is not None if ctx.on_kubernetes else \
+        {ETCD_AVAILABLE, ETCD_TLS} <= flags
+    if reachable != (LEASES_REACHABLE in flags):
+        (set_flag if reachable else clear_flag)(LEASES_REACHABLE)
     for step in WATCHED:
         why = step.FLAG in flags and step.stale(ctx)
         if why:
@@ -73,35 +79,40 @@ def install_flannel():
 @hook("update-status")
 def look_at_etcd():
     # what flanneld does not notice: etcd rebuilt, a lost lease, a missed route
-    flags = set(get_flags())
-    if NETWORK_CONFIGURED in flags and not flags & {STOPPED, SERIES_UPGRADE, RECORD_DAMAGED}:
-        apply(etcd_look.run(context(), flanneld_started=SERVICE_RUNNING in flags))
+    flags, ctx = set(get_flags()), context()
+    if NETWORK_CONFIGURED in flags and not flags & {STOPPED, SERIES_UPGRADE, RECORD_DAMAGED} \
+            and not ctx.on_kubernetes:   # (flanneld watches the API itself)
+        apply(etcd_look.run(ctx, flanneld_started=SERVICE_RUNNING in flags))
 
 
-@when(INSTALLED, ETCD_AVAILABLE, ETCD_TLS)
+@when(INSTALLED, LEASES_REACHABLE)
 @when_not(NETWORK_CONFIGURED, SERIES_UPGRADE, RECORD_DAMAGED)
 def configure_network():
     apply(network.run(context()))
 
 
 @when(NETWORK_CONFIGURED)
-@when_not(ETCD_AVAILABLE)
+@when_not(LEASES_REACHABLE)
 def forget_network():
-    # without etcd the network cannot be checked; a relation added back (maybe
-    # to another etcd) must write it again
+    # without etcd (or the kubeconfig) the network cannot be checked; a
+    # relation added back (maybe to another etcd) must write it again
     clear_flag(NETWORK_CONFIGURED)
 
 
-@when(INSTALLED, NETWORK_CONFIGURED, ETCD_AVAILABLE)
+@when(INSTALLED, NETWORK_CONFIGURED, LEASES_REACHABLE)
 @when_not(SERVICE_RUNNING, SERIES_UPGRADE, RECORD_DAMAGED)
 def run_flanneld():
     apply(flanneld.run(context()))
 
 
-@when(INSTALLED, SERVICE_RUNNING, CNI_JOINED)
+@when(INSTALLED, CNI_JOINED)
 @when_not(CNI_CONFIGURED, SERIES_UPGRADE, RECORD_DAMAGED)
 def configure_cni():
-    apply(cni.run(context()))
+    # on the Kubernetes API the principal hears of the network first: its
+    # kube-controller-manager allocates the pod CIDRs flanneld leases
+    ctx = context()
+    if is_flag_set(SERVICE_RUNNING) or ctx.on_kubernetes:
+        apply(cni.run(ctx))
 
 
 @when(NRPE_AVAILABLE, INSTALLED)
@@ -170,6 +181,7 @@ def finish():
     seen = status.Seen(
         installed=INSTALLED in flags, series_upgrade=SERIES_UPGRADE in flags,
         etcd_related=ctx.juju.etcd_related(), etcd_ready=ctx.juju.etcd() is not None,
+        leases_reachable=LEASES_REACHABLE in flags,
         network_configured=NETWORK_CONFIGURED in flags,
         service_started=SERVICE_RUNNING in flags, cni_configured=CNI_CONFIGURED in flags)
     shown = status.status(ctx, seen, lease)

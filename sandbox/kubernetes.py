@@ -53,6 +53,7 @@ API::
 """
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import shlex
@@ -216,14 +217,17 @@ class Kubernetes:
 
     # --- the control plane -------------------------------------------------------------
     def configure_control_plane(self, ctx, cluster_cidr: str | None,
-                                service_cidr: str = SERVICE_CIDR) -> list[str]:
+                                service_cidr: str = SERVICE_CIDR,
+                                extra_args: dict[str, str] | None = None) -> list[str]:
         """Certificates, kubeconfigs and units of the API server,
         controller-manager and scheduler on the control-plane machine (the
         machine of `ctx`'s unit, at its node_addresses()), the
         controller-manager given `cluster_cidr` (flannel's `cidr`: "v4" or
         "v4,v6") and the API server `service_cidr` (the control plane's
-        service-cidr, either shape); started, or restarted when what they
-        run changed.  Returns the units (re)started."""
+        service-cidr, either shape), `extra_args` over the
+        controller-manager's own ({"allocate-node-cidrs": "true"}); started,
+        or restarted when what they run changed.  Returns the units
+        (re)started."""
         addresses = node_addresses(self.machine_of(ctx))
         address = addresses[0]
         self.api_address = address
@@ -282,7 +286,26 @@ class Kubernetes:
                 f"--authorization-kubeconfig={CONF}/scheduler.conf",
                 "--bind-address=127.0.0.1", "--leader-elect=false", "--v=1"],
         }
+        commands["kube-controller-manager"] = _with_extra_args(
+            commands["kube-controller-manager"], extra_args or {})
         return _apply(ctx, files, commands)
+
+    def root_kubeconfig(self) -> str:
+        """Root's kubeconfig on every machine, as both principals write it:
+        the API server, its CA and the cluster's admin (system:masters; the
+        real charms give the admin's token), all as data."""
+        cert, key = self._cert("admin", "admin", "system:masters")
+        data = lambda pem: base64.b64encode(pem).decode()  # noqa: E731
+        return (f"apiVersion: v1\nkind: Config\n"
+                f"clusters:\n- name: juju-cluster\n  cluster:\n"
+                f"    certificate-authority-data: {data(self.pki.ca_cert.read_bytes())}\n"
+                f"    server: https://{self.api_address}:{API_PORT}\n"
+                f"contexts:\n- name: juju-context\n  context:\n"
+                f"    cluster: juju-cluster\n    user: root\n"
+                f"current-context: juju-context\n"
+                f"users:\n- name: root\n  user:\n"
+                f"    client-certificate-data: {data(cert)}\n"
+                f"    client-key-data: {data(key)}\n")
 
     # --- a node ------------------------------------------------------------------------
     def configure_node(self, ctx, cluster_cidr: str | None,
@@ -526,6 +549,13 @@ def _first_hosts(cidrs: str) -> list[str]:
     """The first address of each range of "v4" or "v4,v6" (a Service
     range's first is the `kubernetes` Service's)."""
     return [str(next(ipaddress.ip_network(c.strip()).hosts())) for c in cidrs.split(",")]
+
+
+def _with_extra_args(args: list[str], extra: dict[str, str]) -> list[str]:
+    """`args` with each of `extra` as --key=value, replacing the same key."""
+    keys = {f"--{k}" for k in extra}
+    return [a for a in args if a.split("=", 1)[0] not in keys] + \
+        [f"--{k}={v}" for k, v in extra.items()]
 
 
 def _unit_file(component: str, args: list[str]) -> str:

@@ -12,12 +12,12 @@ is the host's directory and whose upper layer is
 ``$FLANNEL_SANDBOX_STATE/<netns>/upper/<tree>`` (default state root
 ``/var/lib/flannel-sandbox``)::
 
-    /etc /opt /run /var/lib /var/log /usr/local /usr/lib/systemd/system
+    /etc /opt /run /var/lib /var/log /usr/local /usr/lib/systemd/system /root/.kube
 
 so writes inside (``/opt/cni/bin``, ``/etc/cni/net.d``, ``/etc/ssl/flannel``,
 ``/etc/systemd/system``, ``/etc/nagios``, ``/run/flannel``,
 ``/run/systemd/system``, ``/var/lib/cni``, ``/var/lib/juju``,
-``/usr/local/bin``, ``/lib/systemd/system``, systemctl's logs ...) are seen
+``/usr/local/bin``, ``/lib/systemd/system``, ``/root/.kube``, systemctl's logs ...) are seen
 neither by the host nor by other machines, while the host's files stay
 readable.  Two host paths are bound back over their overlays so they stay
 shared: ``/run/netns`` (a slave of the host's, so pod namespaces made later on
@@ -92,7 +92,7 @@ from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
 
 # The trees made private (overlayfs) in every machine.
 OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
-                 "/usr/lib/systemd/system")
+                 "/usr/lib/systemd/system", "/root/.kube")
 START_TIMEOUT = 120.0  # seconds for the holder to set up the mounts (a bound for a hang)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The machine's journalctl: a unit's journal is what systemctl3 wrote of its
@@ -272,6 +272,9 @@ class Machine:
         if self.state_dir.exists():
             shutil.rmtree(self.state_dir)
         overlays = []
+        # (root's kubeconfig, which the principals write and CNIs read: the
+        # host's /root is every machine's, its .kube each machine's own)
+        os.makedirs("/root/.kube", mode=0o750, exist_ok=True)
         for root in OVERLAY_ROOTS:
             upper = self.state_dir / "upper" / root.lstrip("/")
             work = self.state_dir / "work" / root.lstrip("/")

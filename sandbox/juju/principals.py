@@ -34,13 +34,18 @@ kube-proxy after it; a worker configures kubelet and kube-proxy after its
 CNI step (not with no cni relation: it stops at "Missing CNI Integration").
 Nothing stops them when the relation goes.  The real charms restart every
 service on every reconcile; here a service restarts when what it runs
-changed.
+changed.  The control plane's `controller-manager-extra-args` ("k=v flag",
+space-separated) reach kube-controller-manager as `--k=v --flag`, over the
+charm's own arguments (`allocate-node-cidrs=true` for flanneld on the
+Kubernetes API).
 
 What Charmed Kubernetes has beside them (certificates, kube-control,
 container runtime) is taken as ready; tests make a step not ready with
-`ca_ready = False` / `kube_control_ready = False` and fire a hook.  The
-kubeconfig lives at KUBECONFIG, not /root/.kube/config: /root on sandbox
-machines is the host's own.
+`ca_ready = False` / `kube_control_ready = False` and fire a hook.  Root's
+kubeconfig (/root/.kube/config, each machine's own) names the API server;
+while Kubernetes runs it holds the CA and the cluster admin's credentials
+as data (the real charms: the admin's token from the control plane, on
+workers too): what CNI charms read to reach the API.
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ from .cni_plugins import (DEBIAN_PLUGINS, build_cni_plugins_resource, extract_pl
                           link_default_conf, plugin_set, resource_path)
 
 DEFAULT_CONF_STEM = "01-default"
-# Stands for /root/.kube/config (see the module docstring).
-KUBECONFIG = "/etc/kubernetes/kubeconfig"
+# root's kubeconfig (ROOT_KUBECONFIG_PATH of both charms)
+KUBECONFIG = "/root/.kube/config"
 # The control plane's kube-controller-manager arguments that come from the CNI.
 CLUSTER_ARGS = "/etc/kubernetes/kube-controller-manager.args"
 IMAGE_REGISTRY = "rocks.canonical.com:443/cdk"
@@ -125,8 +130,11 @@ class OpsPrincipal(EmulatedApp):
             raise NotReady("waiting", "Waiting for certificate authority")
 
     def write_kubeconfig(self, ctx: HookContext, server: str) -> None:
-        text = (f"apiVersion: v1\nkind: Config\nclusters:\n- name: juju-cluster\n"
-                f"  cluster: {{server: '{server}'}}\nusers:\n- name: {ctx.unit}\n")
+        if self.kubernetes is not None and self.kubernetes.api_address is not None:
+            text = self.kubernetes.root_kubeconfig()
+        else:
+            text = (f"apiVersion: v1\nkind: Config\nclusters:\n- name: juju-cluster\n"
+                    f"  cluster: {{server: '{server}'}}\nusers:\n- name: {ctx.unit}\n")
         self._write(ctx, KUBECONFIG, text.encode(), mode=0o600)
 
     def kubeconfig_hash(self, ctx: HookContext) -> str:
@@ -180,6 +188,16 @@ class OpsPrincipal(EmulatedApp):
     def _read(self, ctx: HookContext, path: str) -> bytes | None:
         cp = ctx.run(["cat", ctx.executor.machine_path(path)], check=False)
         return cp.stdout if cp.returncode == 0 else None
+
+
+def extra_args(text: str) -> dict[str, str]:
+    """The charms' *-extra-args: "k=v flag" -> {"k": "v", "flag": "true"}
+    (kubernetes_snaps.configure_kubernetes_service)."""
+    args = {}
+    for word in text.split():
+        key, _, value = word.partition("=")
+        args[key.lstrip("-")] = value if _ else "true"
+    return args
 
 
 def proxy_extra_config(ctx: HookContext) -> dict:
@@ -236,7 +254,7 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
     }
     config_defaults = {"image-registry": IMAGE_REGISTRY, "service-cidr": SERVICE_CIDR,
                        "default-cni": "", "ignore-missing-cni": False,
-                       "proxy-extra-config": "{}"}
+                       "proxy-extra-config": "{}", "controller-manager-extra-args": ""}
 
     def __init__(self, name: str = "kubernetes-control-plane", **kw):
         super().__init__(name, **kw)
@@ -246,11 +264,13 @@ class OpsKubernetesControlPlaneApp(OpsPrincipal):
         self.install_cni_binaries(ctx)
         self.require_etcd(ctx)
         self.require_certificates()
-        self.write_kubeconfig(ctx, f"https://{ctx.address()}:6443")
         cidr = self.cni_value(ctx, "cidr", config.get("default-cni") or "")
         if self.kubernetes is not None:
             # --cluster-cidr only while the cni relation carries one
-            self.kubernetes.configure_control_plane(ctx, cidr, config["service-cidr"])
+            self.kubernetes.configure_control_plane(
+                ctx, cidr, config["service-cidr"],
+                extra_args=extra_args(config.get("controller-manager-extra-args") or ""))
+        self.write_kubeconfig(ctx, f"https://{ctx.address()}:6443")
         self._write(ctx, CLUSTER_ARGS,
                     f"--cluster-cidr={cidr or ''}\n"
                     f"--service-cluster-ip-range={config['service-cidr']}\n".encode())

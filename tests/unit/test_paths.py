@@ -53,7 +53,8 @@ def test_the_machine_s_paths_are_where_earlier_revisions_wrote_them():
         "/usr/local/bin/flanneld", "/opt/cni/bin/flannel", "/etc/ssl/flannel/client-ca.pem",
         "/etc/ssl/flannel/client-cert.pem", "/etc/ssl/flannel/client-key.pem",
         "/lib/systemd/system/flannel.service", "/etc/cni/net.d/10-flannel.conflist",
-        "/etc/udev/rules.d/90-flannel-vxlan-checksum.rules", "/etc/modules-load.d/flannel.conf"]
+        "/etc/udev/rules.d/90-flannel-vxlan-checksum.rules", "/etc/modules-load.d/flannel.conf",
+        "/etc/flannel/net-conf.json"]
     assert str(MACHINE.subnet_env) == "/run/flannel/subnet.env"
     assert str(MACHINE.host_local_tables) == "/var/lib/cni/networks"
     assert [str(p) for p in MACHINE.runtime_directories] == ["/etc/cni/net.d", "/opt/cni/bin"]

@@ -287,7 +287,8 @@ def test_problems_are_shown_in_the_order_an_operator_acts_on_them():
         Problem.RECORD, Problem.SERIES_UPGRADE, Problem.RESOURCE, Problem.INSTALLING,
         Problem.OPTIONS, Problem.CIDR, Problem.MTU, Problem.NETWORK, Problem.IFACE,
         Problem.IPV6, Problem.COMMANDS, Problem.KERNEL, Problem.NO_ETCD,
-        Problem.ETCD_CREDENTIALS, Problem.ETCD, Problem.NETWORK_PENDING,
+        Problem.NO_KUBECONFIG, Problem.POD_CIDR, Problem.ETCD_CREDENTIALS, Problem.ETCD,
+        Problem.KUBE, Problem.NETWORK_PENDING,
         Problem.OUT_OF_SUBNETS, Problem.SERVICE_FAILING, Problem.SERVICE_STARTING,
         Problem.CNI_PENDING, Problem.CNI, Problem.BRIDGE, Problem.BRIDGE_STALE,
         Problem.OFFLOAD, Problem.UNROUTABLE, Problem.RESTARTS, Problem.NEGOTIATING,
@@ -323,6 +324,8 @@ def test_the_messages_operators_alerts_match_are_unchanged():
         "series-upgrade": "Series upgrade in progress",
         "installing": "Installing flannel.",
         "no-etcd": "Waiting for etcd relation.",
+        "no-kubeconfig": "Waiting for the principal's kubeconfig (/root/.kube/config) for "
+                         "subnet-manager=kubernetes.",
         "etcd-credentials": "Waiting for etcd client credentials.",
         "network-pending": "Waiting to write the flannel network to etcd.",
         "service-failing": "flannel.service is failing: flanneld exited after start "

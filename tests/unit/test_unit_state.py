@@ -87,7 +87,8 @@ def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_pat
     added = {"flannel.v2-network-seen", "flannel.v011-rules", "flannel.flanneld-restarts",
              "flannel.tx-checksum-turned-off", "flannel.offload-udev-rule-inputs",
              "flannel.flanneld-version", "flannel.lease-list", "flannel.registered-lease",
-             "flannel.flanneld-process"}
+             "flannel.flanneld-process", "flannel.subnet-manager", "flannel.node-name",
+             "flannel.subnet-manager-left"}
     s = state(tmp_path)
     for key, value in previous.items():
         s.kv.set(key, value)
@@ -108,7 +109,7 @@ def test_the_problems_the_previous_revision_recorded_are_read_after_a_refresh(tm
                 "bridge-stale": Problem.BRIDGE_STALE}
     # problems this revision added, which no earlier one recorded
     added = {Problem.COMMANDS, Problem.KERNEL, Problem.OFFLOAD, Problem.OUT_OF_SUBNETS,
-             Problem.UNROUTABLE, Problem.RESTARTS}
+             Problem.UNROUTABLE, Problem.RESTARTS, Problem.POD_CIDR, Problem.KUBE}
     assert set(previous.values()) | added == set(RECORDED)
     s = state(tmp_path)
     for area in previous:

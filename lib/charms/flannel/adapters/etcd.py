@@ -258,6 +258,16 @@ class NetworkStore:
         return any([bool(self._call(lambda client, key=lease.key: client.delete(key)))
                     for lease in leases])
 
+    def forget_network_if_unleased(self) -> bool:
+        """The network config and the recorded service-cidr deleted when no
+        node holds a lease any more (the last node out of etcd mode); True
+        if they went. A node that leases later writes the config again."""
+        if self.leases():
+            return False
+        deleted = [bool(self._call(lambda client, key=key: client.delete(key)))
+                   for key in (self.config_key, self.service_cidr_key)]
+        return any(deleted)
+
     def close(self) -> None:
         self.session.close()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from typing import Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
@@ -50,10 +51,12 @@ def render_service(
     prefix: str = DEFAULT_PREFIX,
     subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
     flanneld: str | os.PathLike[str] = paths.Paths().flanneld,
+    kube: Optional[tuple[str, str, str]] = None,
 ) -> str:
-    """The systemd unit that runs flanneld against etcd. endpoints may be the
-    relation's connection string as is: spaces around its commas would split
-    flanneld's argument, so they are dropped."""
+    """The systemd unit that runs flanneld against etcd, or with `kube`
+    (kubeconfig, net-conf.json, node name) on the Kubernetes API. endpoints
+    may be the relation's connection string as is: spaces around its commas
+    would split flanneld's argument, so they are dropped."""
     if isinstance(endpoints, str):
         endpoints = endpoints.split(",")
     endpoints = ",".join(item.strip() for item in endpoints if item.strip())
@@ -71,6 +74,10 @@ def render_service(
         subnet_file=str(subnet_file),
         healthz_ip=HEALTHZ_IP,
         healthz_port=HEALTHZ_PORT,
+        kube=kube is not None,
+        kubeconfig=kube[0] if kube else "",
+        net_conf=kube[1] if kube else "",
+        node_name=kube[2] if kube else "",
     )
 
 

@@ -19,6 +19,11 @@ from typing import Optional
 from .netconfig import HOST_GW, VXLAN, VXLAN_OVERHEAD, Backend, NetworkConfig
 
 BACKENDS = (VXLAN, HOST_GW)
+# Where flanneld keeps the leases: etcd (flanneld's -etcd-* flags) or the
+# Kubernetes API (-kube-subnet-mgr: each Node's spec.podCIDRs, allocated by
+# kube-controller-manager, and flanneld's annotations on it)
+ETCD, KUBERNETES = "etcd", "kubernetes"
+SUBNET_MANAGERS = (ETCD, KUBERNETES)
 # flanneld's own rules (CheckNetworkConfig in flannel's pkg/subnet/config.go,
 # v0.27): SubnetLen at most 30, and at least the Network's prefix + 2 so that
 # the network holds four subnets (flanneld never leases the first one). A
@@ -57,6 +62,7 @@ DEFAULTS: Mapping[str, object] = {
     "ipv6-subnet-len": DEFAULT_IPV6_SUBNET_LEN,
     "enable-nftables": False,
     "disable-vxlan-tx-checksumming": "auto",
+    "subnet-manager": ETCD,
 }
 
 # Ranges a pod network must not overlap: packets there never reach a pod.
@@ -108,6 +114,11 @@ class NetworkOptions:
     # or as the kernel needs (None: facts/offload.py); each node's own devices,
     # not part of the network config
     tx_checksum_off: Optional[bool] = None
+    subnet_manager: str = ETCD   # etcd | kubernetes: not part of the network config
+
+    @property
+    def on_kubernetes(self) -> bool:
+        return self.subnet_manager == KUBERNETES
 
     def network_config(self) -> NetworkConfig:
         """The network config these options ask etcd to hold."""
@@ -166,6 +177,7 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
 
     nftables = _parse_bool("enable-nftables", get("enable-nftables"))
     tx_checksum_off = _parse_offload(get("disable-vxlan-tx-checksumming"))
+    subnet_manager = _parse_subnet_manager(get("subnet-manager"))
 
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
     if subnet_len < shortest:
@@ -184,6 +196,7 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
         cidr=cidr, subnet_len=subnet_len, backend=backend, vni=vni, port=port, iface=iface,
         mtu=mtu, direct_routing=direct_routing, ipv6_cidr=ipv6_cidr,
         ipv6_subnet_len=ipv6_subnet_len, nftables=nftables, tx_checksum_off=tx_checksum_off,
+        subnet_manager=subnet_manager,
     )
 
 
@@ -323,6 +336,13 @@ def _parse_offload(value: object) -> Optional[bool]:
         return None if text == "auto" else text == "true"
     raise InvalidOption("disable-vxlan-tx-checksumming",
                         f"{_quoted(value)} is not auto, true or false")
+
+
+def _parse_subnet_manager(value: object) -> str:
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in SUBNET_MANAGERS:
+        raise InvalidOption("subnet-manager", f"{_quoted(value)} is not etcd or kubernetes")
+    return text
 
 
 def _parse_direct_routing(value: object, backend: str) -> bool:

@@ -29,6 +29,8 @@ OFFLOAD_UDEV_RULE_NAME = "90-flannel-vxlan-checksum.rules"
 MODULES_LOAD_NAME = "flannel.conf"
 MODULES_LOAD_MODE = 0o644
 UDEV_RULE_MODE = 0o644
+NET_CONF_NAME = "net-conf.json"
+NET_CONF_MODE = 0o644
 
 
 class _Below:
@@ -64,6 +66,10 @@ class Paths:
     # the running kernel's release ("6.8.0-45-generic"): whether it has the
     # NAT fix that makes checksum offload safe (facts/offload.py)
     kernel_release: Path = Path("/proc/sys/kernel/osrelease")
+    # root's kubeconfig, the principal's: subnet-manager=kubernetes reads it
+    kubeconfig: Path = Path("/root/.kube/config")
+    # flanneld's network config in subnet-manager=kubernetes (-net-config-path)
+    net_conf_dir: Path = Path("/etc/flannel")
 
     @classmethod
     def under(cls, root: os.PathLike) -> "Paths":
@@ -78,6 +84,7 @@ class Paths:
     etcd_key = _Below("etcd_tls_dir", ETCD_KEY_NAME)
     offload_udev_rule = _Below("udev_rules_dir", OFFLOAD_UDEV_RULE_NAME)
     modules_load_file = _Below("modules_load_dir", MODULES_LOAD_NAME)
+    net_conf = _Below("net_conf_dir", NET_CONF_NAME)
 
     @property
     def written_files(self) -> tuple[Path, ...]:
@@ -85,7 +92,7 @@ class Paths:
         stop that cannot trust its record names as left in place."""
         return (self.flanneld, self.cni_plugin, self.etcd_ca, self.etcd_cert, self.etcd_key,
                 self.service_file, self.cni_conflist, self.offload_udev_rule,
-                self.modules_load_file)
+                self.modules_load_file, self.net_conf)
 
     @property
     def runtime_directories(self) -> tuple[Path, ...]:

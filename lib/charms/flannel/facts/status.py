@@ -18,6 +18,8 @@ from .flanneld import HEALTHZ_IP, HEALTHZ_PORT
 BLOCKED, WAITING, MAINTENANCE, ACTIVE = "blocked", "waiting", "maintenance", "active"
 
 WAITING_FOR_ETCD = "Waiting for etcd relation."
+WAITING_FOR_KUBECONFIG = ("Waiting for the principal's kubeconfig (/root/.kube/config) for "
+                          "subnet-manager=kubernetes.")
 WAITING_FOR_CREDENTIALS = "Waiting for etcd client credentials."
 WAITING_FOR_NETWORK = "Waiting to write the flannel network to etcd."
 WAITING_FOR_SERVICE = "Waiting for flannel.service to start."
@@ -49,6 +51,9 @@ class Problem(Enum):
     COMMANDS = ("commands", BLOCKED, 46)        # no nft, iptables or ip6tables for flanneld
     KERNEL = ("kernel", BLOCKED, 47)            # br_netfilter not loaded, and modprobe failed
     NO_ETCD = ("no-etcd", BLOCKED, 50)
+    NO_KUBECONFIG = ("no-kubeconfig", WAITING, 55)   # subnet-manager=kubernetes, none yet
+    POD_CIDR = ("pod-cidr", BLOCKED, 56)        # the Node has no pod CIDR flannel can serve
+    KUBE = ("kube", WAITING, 62)                # the API unreachable, or this Node not found
     ETCD_CREDENTIALS = ("etcd-credentials", WAITING, 60)
     ETCD = ("etcd", WAITING, 61)                # away, refusing, or publishing garbage
     NETWORK_PENDING = ("network-pending", WAITING, 70)
@@ -82,6 +87,7 @@ class Problem(Enum):
 # still shows it); the others are seen afresh by every hook.
 RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem.NETWORK,
             Problem.IFACE, Problem.IPV6, Problem.COMMANDS, Problem.KERNEL, Problem.ETCD,
+            Problem.POD_CIDR, Problem.KUBE,
             Problem.BRIDGE, Problem.BRIDGE_STALE, Problem.OFFLOAD, Problem.OUT_OF_SUBNETS,
             Problem.UNROUTABLE, Problem.RESTARTS)
 
@@ -110,6 +116,7 @@ FIXED_TEXTS = {
     Problem.SERIES_UPGRADE: SERIES_UPGRADE,
     Problem.INSTALLING: INSTALLING,
     Problem.NO_ETCD: WAITING_FOR_ETCD,
+    Problem.NO_KUBECONFIG: WAITING_FOR_KUBECONFIG,
     Problem.ETCD_CREDENTIALS: WAITING_FOR_CREDENTIALS,
     Problem.NETWORK_PENDING: WAITING_FOR_NETWORK,
     Problem.SERVICE_FAILING: SERVICE_FAILING,

@@ -2,7 +2,10 @@
 10-flannel.conflist is written, and the cni relation carries the pod
 network and the file's name. It names the network etcd confirmed, which
 pods actually use: during a refused or pending change the principal keeps
-it, not the option's new value."""
+it, not the option's new value. With subnet-manager=kubernetes it names
+the options' network before flanneld runs: kube-controller-manager
+allocates the Nodes' pod CIDRs, which flanneld leases, from it, and the
+control plane's kubelet (whose Node flanneld needs) waits for the file."""
 from __future__ import annotations
 
 from typing import Optional
@@ -18,7 +21,7 @@ FLAG = CNI_CONFIGURED
 
 def inputs(ctx: HookContext) -> Optional[str]:
     """The published network, the relations it goes to, the template."""
-    confirmed = ctx.confirmed
+    confirmed = ctx.published_network()
     if confirmed is None:
         return None
     return digest(confirmed.published_cidr, ctx.juju.cni_relation_ids(),
@@ -26,7 +29,7 @@ def inputs(ctx: HookContext) -> Optional[str]:
 
 
 def stale(ctx: HookContext) -> Optional[str]:
-    if ctx.confirmed is None:
+    if ctx.published_network() is None:
         return "no network confirmed"
     if not ctx.record.holds(ctx.paths.cni_conflist):
         return f"{ctx.paths.cni_conflist} is not what the charm wrote"
@@ -36,7 +39,7 @@ def stale(ctx: HookContext) -> Optional[str]:
 
 
 def run(ctx: HookContext) -> Outcome:
-    confirmed = ctx.confirmed
+    confirmed = ctx.published_network()
     if confirmed is None or ctx.options is None:
         return Outcome()   # blocked on an option: the principal keeps what it has
     from ..adapters import render

@@ -25,7 +25,7 @@ from ..adapters.systemd import ServiceState, Systemd
 from ..facts import host_network
 from ..facts.flanneld import READY_GRACE, offers_readyz
 from ..facts.netconfig import NetworkConfig
-from ..facts.options import InvalidOption, NetworkOptions, parse_options
+from ..facts.options import KUBERNETES, InvalidOption, NetworkOptions, parse_options
 from ..facts.paths import SERVICE_NAME, Paths, install_record_dir
 from ..facts.subnet_env import SubnetEnv
 from .unit_state import UnitState
@@ -122,11 +122,29 @@ class HookContext:
         parsed = self._parsed_options
         return parsed if isinstance(parsed, InvalidOption) else None
 
+    @property
+    def on_kubernetes(self) -> bool:
+        """subnet-manager=kubernetes: the option's, or while an option is
+        invalid, the mode the network was last configured in."""
+        options = self.options
+        if options is not None:
+            return options.on_kubernetes
+        return self.state.subnet_manager == KUBERNETES
+
     # --- what the charm remembers -------------------------------------------------------
     @property
     def confirmed(self) -> Optional[NetworkConfig]:
         """The network etcd was last confirmed to hold: the one flanneld runs."""
         return NetworkConfig.parse(self.state.confirmed_network)
+
+    def published_network(self) -> Optional[NetworkConfig]:
+        """The network the principal is told of: the one etcd confirmed, or
+        on the Kubernetes API the options' (what kube-controller-manager
+        allocates from), while they are valid."""
+        options = self.options
+        if self.on_kubernetes and options is not None:
+            return options.network_config()
+        return self.confirmed
 
     @functools.cached_property
     def record(self) -> InstallRecord:
@@ -270,6 +288,28 @@ class HookContext:
             finally:
                 if remember and store.answered:
                     self.state.etcd_answered = store.answered
+
+    def kubeconfig(self) -> Optional[bytes]:
+        """Root's kubeconfig as the principal wrote it; None while there is none."""
+        try:
+            return self.paths.kubeconfig.read_bytes()
+        except OSError:
+            return None
+
+    def kube_api(self, timeout: float = 5.0):
+        """The Kubernetes API through root's kubeconfig (adapters/kube_api.py's
+        KubeApi, a context manager). Raises KubeUnavailable."""
+        from ..adapters.kube_api import KubeApi, read_kubeconfig
+        from ..facts.kube_nodes import KubeUnavailable
+        text = self.kubeconfig()
+        if text is None:
+            raise KubeUnavailable(f"there is no {self.paths.kubeconfig}")
+        return KubeApi(read_kubeconfig(text.decode(errors="replace")), timeout=timeout)
+
+    def machine_addresses(self) -> list[str]:
+        """Every global address of the machine's links ("172.16.0.5")."""
+        return [str(a.ip) for link in self.links if not link.loopback for a in link.addresses
+                if not a.ip.is_link_local and not a.ip.is_loopback]
 
     def cni_network_name(self) -> str:
         return node_files.cni_network_name(self.paths.cni_conflist, self.state.cni_network_name,

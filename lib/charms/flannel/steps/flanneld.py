@@ -9,6 +9,7 @@ never cleans any of it.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -33,12 +34,18 @@ FLAG = SERVICE_RUNNING
 
 
 def unit_file_inputs(ctx: HookContext) -> Optional[str]:
-    """What the unit file says: etcd's endpoints, flanneld's interface, the
-    template."""
-    etcd = ctx.juju.etcd()
-    if etcd is None or ctx.options is None:
+    """What the unit file says: etcd's endpoints (or the Node's name),
+    flanneld's interface, the template."""
+    if ctx.options is None:
         return None
-    return digest(etcd.connection_string, ctx.flanneld_iface(ctx.options),
+    if ctx.on_kubernetes:
+        where = f"kubernetes {ctx.state.node_name}"
+    else:
+        etcd = ctx.juju.etcd()
+        if etcd is None:
+            return None
+        where = etcd.connection_string
+    return digest(where, ctx.flanneld_iface(ctx.options),
                   ctx.template_digest("flannel.service"))
 
 
@@ -63,14 +70,16 @@ def run(ctx: HookContext) -> Outcome:
         out.found(Problem.KERNEL, ensure_br_netfilter(ctx, ipv6=options.ipv6_cidr is not None))
         if any(out.problems.values()):
             return out   # blocked; flanneld runs on as it was
-    etcd = ctx.juju.etcd()
-    if etcd is None:
-        return out   # waiting for etcd's client credentials (the status says so)
-    try:
-        # relation data is input: only parsed endpoints reach the unit file
-        endpoints = parse_endpoints(etcd.connection_string)
-    except EtcdUnavailable as problem:
-        return out.found(Problem.ETCD, problem.reason)
+    endpoints = None
+    if not ctx.on_kubernetes:
+        etcd = ctx.juju.etcd()
+        if etcd is None:
+            return out   # waiting for etcd's client credentials (the status says so)
+        try:
+            # relation data is input: only parsed endpoints reach the unit file
+            endpoints = parse_endpoints(etcd.connection_string)
+        except EtcdUnavailable as problem:
+            return out.found(Problem.ETCD, problem.reason)
     confirmed = ctx.confirmed
     if confirmed is None:   # a flag set by someone else (charm-flannel's): not this charm's
         return out.clear(NETWORK_CONFIGURED)
@@ -112,11 +121,14 @@ def install_unit_file(ctx: HookContext, endpoints) -> None:
     if state.unit_file_inputs == inputs and record.holds(ctx.paths.service_file):
         return
     from ..adapters import render
-    files = ctx.client_files
+    files, paths = ctx.client_files, ctx.paths
+    kube = (str(paths.kubeconfig), str(paths.net_conf), ctx.state.node_name) \
+        if ctx.on_kubernetes else None
     unit_file = render.render_service(
-        ctx.templates, endpoints=endpoints, ca_file=files.ca_file, cert_file=files.cert_file,
-        key_file=files.key_file, iface=ctx.flanneld_iface(ctx.options),
-        flanneld=ctx.paths.flanneld, subnet_file=ctx.paths.subnet_env)
+        ctx.templates, endpoints=endpoints or "", ca_file=files.ca_file,
+        cert_file=files.cert_file, key_file=files.key_file,
+        iface=ctx.flanneld_iface(ctx.options), flanneld=paths.flanneld,
+        subnet_file=paths.subnet_env, kube=kube)
     rewritten = record.install(ctx.paths.service_file, unit_file.encode(), SERVICE_FILE_MODE,
                                sole=True)
     if rewritten and state.unit_file_inputs == inputs:
@@ -143,11 +155,16 @@ def load_unit_file(ctx: HookContext) -> bool:
 
 def flanneld_inputs(ctx: HookContext, confirmed: NetworkConfig) -> str:
     """One digest of everything flanneld reads at start."""
-    files, record = ctx.client_files, ctx.record
-    return inputs_digest(
-        (record.checksum(p) for p in (ctx.paths.flanneld, ctx.paths.service_file,
-                                      files.ca_file, files.cert_file, files.key_file)),
-        confirmed.to_json())
+    files, record, paths = ctx.client_files, ctx.record, ctx.paths
+    if ctx.on_kubernetes:   # the kubeconfig is the principal's: its bytes, not a record's
+        kubeconfig = ctx.kubeconfig()
+        read = (record.checksum(paths.flanneld), record.checksum(paths.service_file),
+                record.checksum(paths.net_conf),
+                hashlib.sha256(kubeconfig).hexdigest() if kubeconfig else None)
+    else:
+        read = (record.checksum(p) for p in (paths.flanneld, paths.service_file,
+                                             files.ca_file, files.cert_file, files.key_file))
+    return inputs_digest(read, confirmed.to_json())
 
 
 def restart_if_changed(ctx: HookContext, confirmed: NetworkConfig, out: Outcome) -> bool:

@@ -13,14 +13,18 @@ flannel v0.11's leases are carried from etcd's v2 keyspace into v3
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Optional
 
 from ..adapters.credentials import pem_problem, write_client_credentials
 from ..facts import host_network
 from ..facts.digest import digest
 from ..facts.etcd_keys import EtcdUnavailable
+from ..facts.kube_nodes import KubeUnavailable as KubeUnavailableError
 from ..facts.netconfig import NetworkConfig
-from ..facts.options import InvalidOption, NetworkOptions
+from ..facts.options import ETCD, KUBERNETES, InvalidOption, NetworkOptions
+from ..facts.paths import NET_CONF_MODE
 from ..facts.status import Problem
 from .context import HookContext
 from .flags import CNI_CONFIGURED, NETWORK_CONFIGURED, SERVICE_RUNNING
@@ -39,8 +43,15 @@ def wanted(ctx: HookContext) -> Optional[NetworkConfig]:
 
 def inputs(ctx: HookContext) -> Optional[str]:
     """What the step acted on: the network, etcd's address and client
-    credentials, and the service-cidr."""
-    etcd, network = ctx.juju.etcd(), wanted(ctx)
+    credentials (or root's kubeconfig), and the service-cidr."""
+    network = wanted(ctx)
+    if ctx.on_kubernetes:
+        kubeconfig = ctx.kubeconfig()
+        if kubeconfig is None:
+            return None
+        return digest(KUBERNETES, network.to_json() if network else None,
+                      hashlib.sha256(kubeconfig).hexdigest(), ctx.juju.service_cidr())
+    etcd = ctx.juju.etcd()
     if etcd is None:
         return None
     return digest(network.to_json() if network else None, etcd.connection_string,
@@ -67,6 +78,11 @@ def run(ctx: HookContext) -> Outcome:
             out.found(Problem.MTU, None).found(Problem.IPV6, None)
         if any(out.problems.values()):
             return out   # blocked; etcd and the running flanneld are left as they were
+    left = ctx.state.subnet_manager
+    if options is not None and left not in (None, options.subnet_manager):
+        leave_subnet_manager(ctx, left, out)
+    if ctx.on_kubernetes:
+        return on_kubernetes(ctx, network, out)
     etcd = ctx.juju.etcd()
     not_pem = pem_problem(etcd.ca, etcd.cert, etcd.key)
     if not_pem:
@@ -94,6 +110,7 @@ def run(ctx: HookContext) -> Outcome:
         return out.found(Problem.NETWORK, None).found(Problem.ETCD, away.reason)
     out.found(Problem.NETWORK, None).found(Problem.ETCD, None)
     state = ctx.state
+    state.subnet_manager = ETCD
     if ctx.confirmed != network:
         state.confirmed_network = network.to_json()
         out.clear(CNI_CONFIGURED)   # the principal must hear of the new network
@@ -101,6 +118,90 @@ def run(ctx: HookContext) -> Outcome:
     state.network_inputs = inputs(ctx)
     # flanneld's input digest decides whether it restarts
     return out.clear(SERVICE_RUNNING).set(NETWORK_CONFIGURED)
+
+
+def on_kubernetes(ctx: HookContext, network: NetworkConfig, out: Outcome) -> Outcome:
+    """subnet-manager=kubernetes: this machine's Node found by its
+    addresses, its pod CIDRs checked (kube-controller-manager allocates
+    them, inside flannel's networks), then net-conf.json written for
+    flanneld. Until then flanneld is not (re)started on it: it would exit."""
+    from ..facts.kube_nodes import (KubeUnavailable, allocation_advice, node_of,
+                                    pod_cidr_problem)
+    try:
+        with ctx.kube_api() as api:
+            node = node_of(api.nodes(), ctx.machine_addresses())
+    except KubeUnavailable as away:
+        return out.found(Problem.KUBE, f"Cannot reach the Kubernetes API: {away.reason}")
+    if node is None:
+        return out.found(Problem.KUBE, "Waiting for kubelet to register this machine as a "
+                                       "Node (none has its addresses)")
+    advice = allocation_advice(network.subnet_len,
+                               network.ipv6_subnet_len if network.ipv6_network else None)
+    out.found(Problem.KUBE, None).found(
+        Problem.POD_CIDR, pod_cidr_problem(node, [n for n, _ in network.pod_networks], advice))
+    if out.problems[Problem.POD_CIDR]:
+        return out   # blocked; a running flanneld runs on as it is
+    state = ctx.state
+    ctx.record.install(ctx.paths.net_conf, json.dumps(network.to_json(), indent=1).encode(),
+                       NET_CONF_MODE, sole=True)
+    state.node_name = node.name
+    state.subnet_manager = KUBERNETES
+    out.found(Problem.NETWORK, None).found(Problem.ETCD, None)
+    if ctx.confirmed != network:
+        state.confirmed_network = network.to_json()
+        out.clear(CNI_CONFIGURED)
+    state.network_inputs = inputs(ctx)
+    return out.clear(SERVICE_RUNNING).set(NETWORK_CONFIGURED)
+
+
+def leave_subnet_manager(ctx: HookContext, left: str, out: Outcome) -> None:
+    """A subnet-manager change on a running unit: flanneld stopped, then
+    what it and the charm kept in the mode left goes (this node's lease and
+    unit name in etcd and the etcd client files, or flanneld's annotations
+    on the Node and net-conf.json); flanneld starts in the new mode with a
+    lease from the other allocator, and running pods keep addresses of the
+    old one until they are recreated (the status says so)."""
+    from ..facts.paths import SERVICE_NAME
+    from .teardown import forget_node_annotations, forget_registration
+    ctx.systemd.do("stop", SERVICE_NAME)
+    ctx.forget_flanneld()
+    state = ctx.state
+    try:
+        if left == KUBERNETES:
+            forget_node_annotations(ctx, out)
+            ctx.record.remove(ctx.paths.net_conf)
+        else:
+            forget_lease(ctx, out)
+            forget_registration(ctx, out)
+            for path in (ctx.paths.etcd_ca, ctx.paths.etcd_cert, ctx.paths.etcd_key):
+                ctx.record.remove(path)
+            state.etcd_endpoints = state.registered_lease = state.lease_list = None
+    except (OSError, EtcdUnavailable, KubeUnavailableError) as error:
+        out.say(f"Could not clear all that subnet-manager={left} kept: {error}", True)
+    # the lease it names is gone: the new mode's flanneld writes its own
+    if ctx.paths.subnet_env.exists():
+        ctx.paths.subnet_env.unlink()
+    out.say(f"subnet-manager changed from {left}: flanneld leases anew; pods already "
+            "running keep their addresses until they are recreated (the status counts them)",
+            True)
+    state.subnet_manager_left = left
+    state.subnet_manager = None
+    state.node_name = None
+    state.flanneld_inputs = None   # (re)started in the new mode
+
+
+def forget_lease(ctx: HookContext, out: Outcome) -> None:
+    """This node's lease deleted from etcd (flanneld stopped): another mode
+    leases it now, and etcd keeps nothing of this node's."""
+    lease, endpoints = ctx.lease(), ctx.remembered_etcd
+    if lease is None or endpoints is None:
+        return
+    subnet = str(lease.subnet.network)
+    with ctx.etcd_store(endpoints, timeout=3.0) as store:
+        if store.give_lease_back(subnet, held_by=ctx.machine_addresses()):
+            out.say(f"Deleted this node's lease of {subnet} from etcd")
+        if store.forget_network_if_unleased():
+            out.say("No node holds a lease in etcd any more: deleted flannel's network config")
 
 
 def _text(problem) -> Optional[str]:

@@ -3,6 +3,7 @@ step recorded, the highest-ranked shown (facts/status.py), else active with
 the node's subnet. And what the hook learned for the idle hooks to come."""
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,6 +21,7 @@ class Seen:
     series_upgrade: bool = False
     etcd_related: bool = False
     etcd_ready: bool = False           # etcd published its endpoints and TLS material
+    leases_reachable: bool = False     # etcd ready, or root's kubeconfig there (kubernetes)
     network_configured: bool = False
     service_started: bool = False      # flanneld started with its current inputs
     cni_configured: bool = False
@@ -41,11 +43,14 @@ def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
         found.append((Problem.INSTALLING, None))
     if ctx.invalid_option is not None:
         found.append((Problem.OPTIONS, str(ctx.invalid_option)))
+    if ctx.on_kubernetes:   # etcd is not needed
+        if not seen.leases_reachable:
+            found.append((Problem.NO_KUBECONFIG, None))
     # related = the relation exists: before etcd's unit joins (a new unit's
     # hooks up to start) the unit waits for it; blocked only without one
-    if not seen.etcd_related:
+    elif not seen.etcd_related:
         found.append((Problem.NO_ETCD, None))
-    if not seen.etcd_ready:
+    elif not seen.etcd_ready:
         found.append((Problem.ETCD_CREDENTIALS, None))
     if not seen.network_configured:
         found.append((Problem.NETWORK_PENDING, None))
@@ -71,8 +76,28 @@ def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
 
 
 def status(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> Status:
+    notes = [defects_note(ctx.state.flanneld_version), pods_left_note(ctx, lease)]
     return choose(gather(ctx, seen, lease), lease.gateways if lease else (),
-                  defects_note(ctx.state.flanneld_version))
+                  "; ".join(note for note in notes if note))
+
+
+def pods_left_note(ctx: HookContext, lease: Optional[SubnetEnv]) -> str:
+    """After a subnet-manager change, while pods still run on addresses of
+    the lease before it (host-local's table): "2 pods keep addresses from
+    before subnet-manager changed: recreate them". Reading only: the mark
+    goes at the hook's end (remember) once none is left."""
+    left = ctx.state.subnet_manager_left
+    if not left or lease is None:
+        return ""
+    table = ctx.paths.host_local_tables / ctx.cni_network_name()
+    subnets = [gateway.network for gateway in lease.gateways]
+    outside = [a for a in node_files.pod_addresses_in(table)
+               if not any(ipaddress.ip_address(a) in subnet for subnet in subnets)]
+    if not outside:
+        return ""
+    pods = "1 pod keeps an address" if len(outside) == 1 else \
+        f"{len(outside)} pods keep addresses"
+    return f"{pods} from before subnet-manager={left}: recreate them"
 
 
 def remember(ctx: HookContext) -> None:
@@ -84,6 +109,9 @@ def remember(ctx: HookContext) -> None:
         started = service.main_pid and ctx.machine.process_started(service.main_pid)
         ctx.state.flanneld_process = [service.main_pid, started] \
             if service.active and started is not None else None
+    if ctx.state.subnet_manager_left and ctx.lease() is not None and \
+            not pods_left_note(ctx, ctx.lease()):
+        ctx.state.subnet_manager_left = None
     if ctx.idle:
         return
     ctx.state.config = ctx.config

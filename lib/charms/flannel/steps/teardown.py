@@ -19,6 +19,8 @@ from typing import Callable, Optional
 
 from ..adapters import iptables, links, nftables, pod_bridge, vxlan
 from ..facts.etcd_keys import EtcdUnavailable
+from ..facts.kube_nodes import KubeUnavailable
+from ..facts.options import KUBERNETES
 from ..facts.paths import SERVICE_NAME
 from ..facts.status import BLOCKED, MAINTENANCE, Problem, Status
 from .context import HookContext
@@ -45,7 +47,8 @@ def run(ctx: HookContext, *, masked: bool, remove_nrpe_check: Callable[[], None]
     def best_effort(what: str, step: Callable[[], object]) -> None:
         try:
             step()
-        except (OSError, subprocess.SubprocessError, ValueError, EtcdUnavailable) as error:
+        except (OSError, subprocess.SubprocessError, ValueError, EtcdUnavailable,
+                KubeUnavailable) as error:
             out.say(f"Could not {what}: {error}", True)
 
     def log_each(prefix: str, lines) -> None:
@@ -54,6 +57,8 @@ def run(ctx: HookContext, *, masked: bool, remove_nrpe_check: Callable[[], None]
 
     best_effort("release the lease", lambda: release_lease_for_backend_change(ctx, out))
     best_effort("take this unit's name out of etcd", lambda: forget_registration(ctx, out))
+    best_effort("take flanneld's annotations off this Node",
+                lambda: forget_node_annotations(ctx, out))
     best_effort("delete flanneld's vxlan devices",
                 lambda: vxlan.delete_vxlan_links(ctx.machine))
     # flanneld cleans its iptables rules when it starts, not when it exits
@@ -111,6 +116,20 @@ def forget_registration(ctx: HookContext, out: Outcome) -> None:
             store.forget_unit(ctx.juju.unit)
     except EtcdUnavailable as error:
         out.say(f"Could not take this unit's name out of etcd: {error.reason}", True)
+
+
+def forget_node_annotations(ctx: HookContext, out: Outcome) -> None:
+    """subnet-manager=kubernetes: what flanneld wrote on this machine's Node
+    (its flannel.alpha.coreos.com/ annotations, its NetworkUnavailable
+    condition) taken off, which flanneld never does: the Node is left as
+    flannel found it."""
+    node = ctx.state.node_name
+    if ctx.state.subnet_manager != KUBERNETES or not node:
+        return
+    with ctx.kube_api(timeout=3.0) as api:
+        removed = api.forget_flanneld(node)
+    if removed:
+        out.say(f"Removed flanneld's {', '.join(removed)} from Node {node}")
 
 
 def release_lease_for_backend_change(ctx: HookContext, out: Outcome) -> Optional[str]:

@@ -122,6 +122,19 @@ class UnitState:
         "flanneld's vxlan devices on which the charm turned transmit checksum offload off "
         "(in a hook, or by its udev rule as flanneld made them): turning "
         "disable-vxlan-tx-checksumming off turns it back on on these only.")
+    subnet_manager = _Key(
+        "flannel.subnet-manager",
+        "Where flanneld keeps its leases since this unit last configured its network (etcd "
+        "or kubernetes): a change leaves the other mode's keys or annotations behind.")
+    subnet_manager_left = _Key(
+        "flannel.subnet-manager-left",
+        "The subnet-manager this unit left (etcd or kubernetes), while pods still run on "
+        "addresses of the lease before the change: the active status says to recreate them.")
+    node_name = _Key(
+        "flannel.node-name",
+        "The Kubernetes Node this machine is (found by its addresses), in "
+        "subnet-manager=kubernetes: flanneld's NODE_NAME, and the Node whose flannel "
+        "annotations go at removal.")
     offload_udev_rule_inputs = _Key(
         "flannel.offload-udev-rule-inputs",
         "Digest of what the checksum offload udev rule was last rendered from.")

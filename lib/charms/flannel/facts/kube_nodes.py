@@ -1,0 +1,99 @@
+"""Nodes as flanneld's kube subnet manager sees them (subnet-manager=
+kubernetes): which Node is this machine, whether kube-controller-manager
+gave it pod CIDRs flannel can serve, and flanneld's annotations on it.
+
+flanneld v0.28 (pkg/subnet/kube): the node's lease is its spec.podCIDRs,
+allocated by kube-controller-manager (--allocate-node-cidrs, which
+Charmed Kubernetes' control plane leaves off); without one flanneld exits
+("pod cidr not assigned"), and with one outside the network config's
+Network it exits after it annotated the node. It watches every Node
+(list/watch nodes) and patches its own Node's status with its annotations,
+all under flannel.alpha.coreos.com/, which it never removes.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+ANNOTATION_PREFIX = "flannel.alpha.coreos.com/"
+# what flanneld writes on its own Node (pkg/subnet/kube/annotations.go);
+# node-public-ip(v6) and public-ip(v6)-overwrite are the operator's
+FLANNELD_ANNOTATIONS = ("kube-subnet-manager", "backend-type", "backend-data",
+                        "backend-v6-data", "public-ip", "public-ipv6")
+# the reason of the NetworkUnavailable condition flanneld sets False on its Node
+FLANNELD_CONDITION_REASON = "FlannelIsUp"
+CONTROL_PLANE = "kubernetes-control-plane"
+
+
+class KubeUnavailable(Exception):
+    """The Kubernetes API cannot be asked: the reason, for a status."""
+
+    def __init__(self, reason: str, status: Optional[int] = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    addresses: tuple[str, ...]        # status.addresses (InternalIP, ExternalIP, Hostname)
+    pod_cidrs: tuple[str, ...]        # spec.podCIDRs (or spec.podCIDR)
+    annotations: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def from_api(cls, item: dict) -> "Node":
+        spec, status = item.get("spec") or {}, item.get("status") or {}
+        cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+        annotations = (item.get("metadata") or {}).get("annotations") or {}
+        return cls(name=item["metadata"]["name"],
+                   addresses=tuple(a.get("address", "") for a in status.get("addresses") or ()),
+                   pod_cidrs=tuple(cidrs), annotations=tuple(sorted(annotations.items())))
+
+    @property
+    def flanneld_annotations(self) -> list[str]:
+        """The annotations flanneld wrote on this Node (full keys)."""
+        ours = {ANNOTATION_PREFIX + name for name in FLANNELD_ANNOTATIONS}
+        return [key for key, _ in self.annotations if key in ours]
+
+
+def node_of(nodes: Iterable[Node], addresses: Iterable[str]) -> Optional[Node]:
+    """The Node that is this machine: the one whose status names one of its
+    addresses (kubelet's --node-ip), whatever name kubelet gave it (the
+    hostname, or the FQDN on some clouds)."""
+    mine = {str(ipaddress.ip_address(a.split("%")[0])) for a in addresses}
+    for node in nodes:
+        for address in node.addresses:
+            try:
+                if str(ipaddress.ip_address(address)) in mine:
+                    return node
+            except ValueError:
+                continue
+    return None
+
+
+def allocation_advice(subnet_len: int, ipv6_subnet_len: Optional[int]) -> str:
+    """What the operator sets on the control plane for node pod CIDRs that
+    match flannel's subnet-len options."""
+    args = f"allocate-node-cidrs=true node-cidr-mask-size-ipv4={subnet_len}"
+    if ipv6_subnet_len is not None:
+        args += f" node-cidr-mask-size-ipv6={ipv6_subnet_len}"
+    return f"juju config {CONTROL_PLANE} controller-manager-extra-args='{args}'"
+
+
+def pod_cidr_problem(node: Node, networks: Iterable, advice: str) -> Optional[str]:
+    """Why flanneld cannot lease on this Node ("" for none): no pod CIDR
+    (kube-controller-manager allocates none), or one outside the pod
+    networks flannel serves (its --cluster-cidr is not flannel's cidr)."""
+    if not node.pod_cidrs:
+        return (f"Node {node.name} has no pod CIDR: kube-controller-manager must allocate "
+                f"them for subnet-manager=kubernetes: {advice}")
+    served = list(networks)
+    for text in node.pod_cidrs:
+        cidr = ipaddress.ip_network(text, strict=False)
+        if not any(cidr.version == n.version and cidr.subnet_of(n) for n in served):
+            return (f"Node {node.name}'s pod CIDR {cidr} is outside flannel's "
+                    f"{', '.join(map(str, served))}: kube-controller-manager's --cluster-cidr "
+                    "must be the cidr flannel publishes (restart it after a cidr change)")
+    return None
