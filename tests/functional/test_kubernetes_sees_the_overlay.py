@@ -31,6 +31,7 @@ Marked `kubernetes` (tests/functional/conftest.py): `-m "not kubernetes"` skips 
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 
@@ -461,3 +462,99 @@ def test_a_removal_outlasting_a_pods_toleration_evicts_that_pod_only(cluster):
     assert after["status"]["phase"] == "Running"
     k8s.kubectl("delete", "deployment", "short", "--wait=false")
     k8s.kubectl("delete", "pod", "patient", "--wait=false")
+
+
+KUBE_ALLOCATION = ("allocate-node-cidrs=true node-cidr-mask-size-ipv4=24 "
+                   "node-cidr-mask-size-ipv6=64")
+FLANNEL_ANNOTATION = "flannel.alpha.coreos.com/"
+
+
+def pod_ip(k8s, name: str, family: int = 4) -> str:
+    ips = [ip["ip"] for ip in k8s.get("pod", name)["status"]["podIPs"]]
+    return next(ip for ip in ips if (":" in ip) == (family == 6))
+
+
+def pings(k8s, pod: str, address: str) -> bool:
+    return k8s.kubectl("exec", pod, "--", "ping", "-c", "2", "-W", "2", address,
+                       check=False).returncode == 0
+
+
+def flannel_annotations(k8s) -> dict:
+    return {n["metadata"]["name"]: sorted(k for k in n["metadata"].get("annotations", {})
+                                          if k.startswith(FLANNEL_ANNOTATION))
+            for n in k8s.get("nodes")["items"]}
+
+
+def test_flannel_moves_to_the_kubernetes_api_and_back(cluster):
+    """On the running (dual-stack) cluster, as the docs tell an operator:
+    `juju config kubernetes-control-plane controller-manager-extra-args=
+    'allocate-node-cidrs=true ...'`, then `juju config flannel
+    subnet-manager=kubernetes`. Every node leases its Node's pod CIDRs, no
+    unit keeps an etcd key on disk and etcd keeps no flannel key; a pod from
+    before runs on (the status counts it) and new pods reach each other
+    across nodes. The bug report's remove/add through kubectl in this mode:
+    m1's Node loses flanneld's annotations, a pod made meanwhile waits in
+    ContainerCreating and runs after add-relation. Back to etcd: no flannel
+    annotation on any Node, new pods work."""
+    from sandbox.cluster import CONTROL_PLANE
+    k8s = cluster.kubernetes
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("before", node="m1"))
+    k8s.wait_pod_running("before")
+    cluster.controller.config(CONTROL_PLANE, **{"controller-manager-extra-args":
+                                                KUBE_ALLOCATION})
+    cluster.settle()
+    with ReadyWatch(k8s) as ready:
+        cluster.configure(**{"subnet-manager": "kubernetes"})
+        cluster.wait_for_flannel(timeout=120)
+        k8s.wait_nodes_ready(NODES, timeout=60)
+    print(f"Ready through the move to the Kubernetes API:\n{ready.timeline()}")
+    for m in NODES:
+        node = k8s.get("node", m)
+        env = cluster.subnet_env(m)
+        leased = sorted(str(ipaddress.ip_interface(s).network) for s in (
+            env["FLANNEL_SUBNET"], env["FLANNEL_IPV6_SUBNET"]))
+        assert leased == sorted(node["spec"]["podCIDRs"]), (m, env, node["spec"])
+        assert node["metadata"]["annotations"][
+            FLANNEL_ANNOTATION + "kube-subnet-manager"] == "true"
+        # no etcd client key (nor any etcd client file) on any unit
+        assert not cluster.machines[m].exists("/etc/ssl/flannel"), m
+    assert cluster.etcd_values() == {}
+    status = cluster.workload(cluster.unit_on("m1"))
+    # ("before", and the other tests' pods still running on m1)
+    assert status[1].endswith("from before subnet-manager=etcd: recreate them"), status
+    for name, node in (("k1", "m1"), ("k2", "m2")):
+        k8s.kubectl("create", "-f", "-", input=pod_manifest(name, node=node))
+    for name in ("k1", "k2"):
+        k8s.wait_pod_running(name)
+    for family in (4, 6):
+        assert pings(k8s, "k1", pod_ip(k8s, "k2", family)), family
+    assert k8s.pod_phase("before") == "Running"
+
+    # the bug report's cycle, in this mode
+    cluster.remove_cni_relation()
+    assert flannel_annotations(k8s)["m1"] == []
+    unavailable = [c for c in k8s.get("node", "m1")["status"]["conditions"]
+                   if c["type"] == "NetworkUnavailable"]
+    assert unavailable == [], unavailable
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("made-while-away", node="m1"))
+    k8s.wait_for("made-while-away's sandbox failing", lambda: k8s.kubectl(
+        "get", "events", "--field-selector", "involvedObject.name=made-while-away",
+        "-o", "name").stdout.strip(), 60)
+    assert "ContainerCreating" in k8s.kubectl("get", "po", "made-while-away").stdout
+    cluster.add_cni_relation()
+    cluster.wait_for_flannel(timeout=120)
+    k8s.wait_pod_running("made-while-away", timeout=RUNNING_WITHIN)
+    assert pings(k8s, "made-while-away", pod_ip(k8s, "k2"))
+
+    cluster.configure(**{"subnet-manager": "etcd"})
+    cluster.wait_for_flannel(timeout=120)
+    assert flannel_annotations(k8s) == {m: [] for m in NODES}
+    assert any("/subnets/" in key for key in cluster.etcd_values())
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("e1", node="m1"))
+    k8s.wait_pod_running("e1")
+    k8s.kubectl("create", "-f", "-", input=pod_manifest("e2", node="m2"))
+    k8s.wait_pod_running("e2")
+    assert pings(k8s, "e1", pod_ip(k8s, "e2"))
+    cluster.controller.config(CONTROL_PLANE, **{"controller-manager-extra-args": ""})
+    k8s.kubectl("delete", "pod", "before", "k1", "k2", "made-while-away", "e1", "e2",
+                "--wait=false")

@@ -278,6 +278,21 @@ def test_directories_created_are_kept_when_others_put_files_in_them(record, tmp_
     assert not (net_d / "10-flannel.conflist").exists()
 
 
+def test_one_directory_the_charm_made_goes_once_empty_and_no_other(record, tmp_path, bin_dir):
+    """A subnet-manager change takes the other mode's directory away (its
+    files removed first); a directory with someone's files, or that the
+    charm did not make, stays."""
+    tls = tmp_path / "etc" / "ssl" / "flannel"
+    record.install(tls / "client-key.pem", b"k", 0o600)
+    assert record.remove_directory(tls) is False   # the key is still there
+    record.remove(tls / "client-key.pem")
+    assert record.remove_directory(tls) is True
+    assert not tls.exists() and (tmp_path / "etc" / "ssl").is_dir()
+    assert record.remove_directory(bin_dir) is False and bin_dir.is_dir()
+    record.remove_all()
+    assert not (tmp_path / "etc").exists()
+
+
 def test_existing_directories_are_never_removed(record, bin_dir):
     record.install(bin_dir / "flannel", b"x", 0o755)
     record.remove_all()

@@ -383,3 +383,26 @@ def test_checksum_offload_that_is_not_auto_true_or_false_is_named(value):
 def test_auto_turns_offload_off_on_kernels_before_5_7_only(release, off):
     assert choose(None, release).off is off
     assert choose(True, release).off is True and choose(False, release).off is False
+
+
+# -- subnet-manager ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, on_kubernetes", [
+    ("etcd", False), ("kubernetes", True), (" Kubernetes", True)])
+def test_the_subnet_manager_is_etcd_or_kubernetes(value, on_kubernetes):
+    options = parse_options(config(**{"subnet-manager": value}))
+    assert options.on_kubernetes is on_kubernetes
+    # where flanneld keeps its leases is no part of the network it runs
+    assert options.network_config() == parse_options({}).network_config()
+
+
+def test_the_subnet_manager_is_etcd_by_default():
+    assert parse_options({}).subnet_manager == "etcd"
+
+
+@pytest.mark.parametrize("value", ["kube", "", True])
+def test_another_subnet_manager_is_named(value):
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(**{"subnet-manager": value}))
+    assert str(error.value).startswith("Invalid subnet-manager: ")
+    assert str(error.value).endswith(" is not etcd or kubernetes")

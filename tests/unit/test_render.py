@@ -49,6 +49,20 @@ def test_service_runs_flanneld_against_etcd_with_tls(templates_dir):
     ]
 
 
+def test_service_runs_flanneld_on_the_kubernetes_api_as_its_node(templates_dir):
+    """subnet-manager=kubernetes: no etcd flag, the node's name where
+    flanneld reads it outside a pod (NODE_NAME)."""
+    text = render_service(templates_dir, iface="eth0", endpoints="", ca_file="", cert_file="",
+                          key_file="", kube=("/root/.kube/config",
+                                             "/etc/flannel/net-conf.json", "m1"))
+    assert exec_start(text) == [
+        "/usr/local/bin/flanneld", "-kube-subnet-mgr", "-kubeconfig-file=/root/.kube/config",
+        "-net-config-path=/etc/flannel/net-conf.json", "-iface=eth0", "-ip-masq",
+        "-subnet-file=/run/flannel/subnet.env", "-healthz-ip=127.0.0.1", "-healthz-port=8474"]
+    assert unit_file(text)["Service"]["Environment"] == "NODE_NAME=m1"
+    assert "NODE_NAME" not in render_service(templates_dir, iface="", **SERVICE_ARGS)
+
+
 def test_service_names_the_interface_when_one_is_set(templates_dir):
     command = exec_start(render_service(templates_dir, iface="ens3", **SERVICE_ARGS))
     assert "-iface=ens3" in command

@@ -286,6 +286,22 @@ class InstallRecord:
             self._save()
         return report
 
+    def remove_directory(self, path: Path | str) -> bool:
+        """Remove a directory the charm created, if it is empty, and forget
+        it; True if it went. Someone else's, or one holding files, stays."""
+        key = str(_absolute(path))
+        if key not in self._directories:
+            return False
+        try:
+            Path(key).rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False   # not empty
+        self._directories.remove(key)
+        self._save()
+        return True
+
     def remove_all(self, keep_directories: Iterable[Path | str] = ()) -> RemovalReport:
         """Undo every install: remove or restore each recorded file that is
         still as the charm left it, then remove the charm's empty directories

@@ -170,11 +170,13 @@ def leave_subnet_manager(ctx: HookContext, left: str, out: Outcome) -> None:
         if left == KUBERNETES:
             forget_node_annotations(ctx, out)
             ctx.record.remove(ctx.paths.net_conf)
+            ctx.record.remove_directory(ctx.paths.net_conf_dir)
         else:
             forget_lease(ctx, out)
             forget_registration(ctx, out)
             for path in (ctx.paths.etcd_ca, ctx.paths.etcd_cert, ctx.paths.etcd_key):
                 ctx.record.remove(path)
+            ctx.record.remove_directory(ctx.paths.etcd_tls_dir)
             state.etcd_endpoints = state.registered_lease = state.lease_list = None
     except (OSError, EtcdUnavailable, KubeUnavailableError) as error:
         out.say(f"Could not clear all that subnet-manager={left} kept: {error}", True)
