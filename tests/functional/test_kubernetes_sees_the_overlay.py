@@ -529,6 +529,16 @@ def test_flannel_moves_to_the_kubernetes_api_and_back(cluster):
     for family in (4, 6):
         assert pings(k8s, "k1", pod_ip(k8s, "k2", family)), family
     assert k8s.pod_phase("before") == "Running"
+    # the actions read the leases where this mode keeps them: the Nodes
+    listed = cluster.run_action(cluster.unit_on("m1"), "list-leases")
+    assert listed.ok, listed.message
+    rows = {row["unit"]: row for row in listed.results["leases"].values()}
+    assert {name: (row["subnet"], row["ipv6-subnet"]) for name, row in rows.items()} == {
+        m: tuple(k8s.get("node", m)["spec"]["podCIDRs"]) for m in NODES}, rows
+    assert rows["m1"]["this-node"] == "yes" and rows["m2"]["node-answers"] == "yes"
+    checked = cluster.run_action(cluster.unit_on("m1"), "check-network", timeout=0.5)
+    assert checked.ok and checked.results["nodes-checked"] == "2", (checked.message,
+                                                                    checked.results)
 
     # the bug report's cycle, in this mode
     cluster.remove_cni_relation()

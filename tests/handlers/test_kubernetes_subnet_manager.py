@@ -6,7 +6,7 @@ waiting status with flanneld not started. Against a real API server:
 tests/functional/test_kubernetes_sees_the_overlay.py."""
 import socket
 
-from harness import configure
+from harness import configure, deployed
 
 
 def kube_mode(unit) -> str:
@@ -30,21 +30,53 @@ def test_without_etcd_the_unit_waits_for_the_principal_s_kubeconfig(unit):
 
 
 def test_an_api_server_that_does_not_answer_is_waited_for_with_flanneld_stopped(unit):
+    kube_mode(unit)
+    unanswered_kubeconfig(unit)
+    configure(unit)   # (any hook)
+    state, message = unit.status
+    assert state == "waiting", unit.status
+    assert message.startswith("Cannot reach the Kubernetes API: the API server at "
+                              "127.0.0.1:"), message
+    assert "did not answer" in message, message
+    assert "flannel.leases.reachable" in unit.flags
+    assert "flannel.network.configured" not in unit.flags
+    assert unit.machine.started() == 0
+    assert not unit.paths.net_conf.exists()
+
+
+def unanswered_kubeconfig(unit) -> None:
+    """Root's kubeconfig, naming an API server that does not answer."""
     with socket.socket() as closed:   # a port nothing listens on
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    kube_mode(unit)
     unit.paths.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
     unit.paths.kubeconfig.write_text(
         f"clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
         "users: [{name: u, user: {token: t}}]\n"
         "contexts: [{name: c, context: {cluster: k, user: u}}]\ncurrent-context: c\n")
-    configure(unit)   # (any hook)
+
+
+def test_a_unit_leaving_etcd_keeps_nothing_of_it_in_etcd_or_on_disk(unit):
+    """A unit configured in etcd mode (by this revision, or by one before
+    subnet-manager existed) set to kubernetes: flanneld stopped, its lease,
+    its unit key and (last node out) the network config gone from etcd,
+    the etcd client files and their directory gone, subnet.env gone; it
+    then waits for the API."""
+    from charmhelpers.core import unitdata
+    deployed(unit)
+    assert any("/subnets/" in key for key in unit.etcd_values())
+    kv = unitdata.Storage(str(unit.db))
+    kv.unset("flannel.subnet-manager")   # (what a unit of the revision before has)
+    kv.flush()
+    kv.close()
+    unanswered_kubeconfig(unit)
+    stops = sum(1 for call in unit.machine.calls if call[:3] == ["systemctl", "stop", "flannel"])
+    configure(unit, subnet_manager="kubernetes")
+    assert unit.etcd_values() == {}
+    assert not unit.paths.etcd_tls_dir.exists()
+    assert not unit.paths.subnet_env.exists()
+    assert sum(1 for call in unit.machine.calls
+               if call[:3] == ["systemctl", "stop", "flannel"]) == stops + 1
     state, message = unit.status
-    assert state == "waiting", unit.status
-    assert message.startswith(f"Cannot reach the Kubernetes API: the API server at "
-                              f"127.0.0.1:{port} did not answer"), message
-    assert "flannel.leases.reachable" in unit.flags
-    assert "flannel.network.configured" not in unit.flags
-    assert unit.machine.started() == 0
-    assert not unit.paths.net_conf.exists()
+    assert state == "waiting" and message.startswith("Cannot reach the Kubernetes API"), \
+        unit.status

@@ -8,7 +8,7 @@ import pytest
 
 from charms.flannel.adapters.kube_api import read_kubeconfig
 from charms.flannel.facts.kube_nodes import (KubeUnavailable, Node, allocation_advice,
-                                             node_of, pod_cidr_problem)
+                                             lease_of, node_of, pod_cidr_problem)
 
 PREFIX = "flannel.alpha.coreos.com/"
 
@@ -48,7 +48,22 @@ def test_only_what_flanneld_writes_is_flanneld_s_to_take_away():
         PREFIX + "backend-data", PREFIX + "kube-subnet-manager", PREFIX + "public-ip"]
 
 
-NETWORKS = [ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("fd10:1::/56")]
+def test_an_annotated_node_is_a_lease_as_the_actions_list_and_probe_them():
+    node = Node.from_api(api_node("m1", ["172.31.254.12"], ["10.1.1.0/24", "fd10:1:0:1::/64"], {
+        PREFIX + "kube-subnet-manager": "true", PREFIX + "backend-type": "vxlan",
+        PREFIX + "backend-data": '{"VNI":1,"VtepMAC":"c2:d3:ec:43:70:ae"}',
+        PREFIX + "backend-v6-data": '{"VNI":1,"VtepMAC":"c2:d3:ec:43:70:af"}',
+        PREFIX + "public-ip": "172.31.254.12", PREFIX + "public-ipv6": "fd00::12"}))
+    lease = lease_of(node)
+    assert (lease.subnet, lease.ipv6_subnet, lease.public_ip) == (
+        "10.1.1.0/24", "fd10:1:0:1::/64", "172.31.254.12")
+    assert lease.attributes["BackendData"]["VtepMAC"] == "c2:d3:ec:43:70:ae"
+    assert lease.attributes["PublicIPv6"] == "fd00::12"
+    # a Node flanneld has not annotated is not in the overlay
+    assert lease_of(Node.from_api(api_node("m2", [], ["10.1.2.0/24"]))) is None
+
+
+NETWORKS = [(ipaddress.ip_network("10.1.0.0/16"), 24), (ipaddress.ip_network("fd10:1::/56"), 64)]
 ADVICE = allocation_advice(24, 64)
 
 
@@ -68,6 +83,14 @@ def test_a_pod_cidr_outside_flannel_s_networks_names_the_cluster_cidr():
     assert problem.startswith("Node m1's pod CIDR 10.2.3.0/24 is outside flannel's "
                               "10.1.0.0/16, fd10:1::/56: kube-controller-manager's "
                               "--cluster-cidr must be the cidr flannel publishes")
+
+
+def test_a_pod_cidr_of_another_size_than_subnet_len_names_the_mask_size():
+    problem = pod_cidr_problem(Node.from_api(api_node("m1", [], ["10.1.2.0/25"])), NETWORKS,
+                               ADVICE)
+    assert problem.startswith("Node m1's pod CIDR 10.1.2.0/25 is not a /24 (subnet-len): "
+                              "kube-controller-manager's node-cidr-mask-size must match: juju "
+                              "config kubernetes-control-plane"), problem
 
 
 def test_pod_cidrs_inside_flannel_s_networks_are_leased_as_they_are():

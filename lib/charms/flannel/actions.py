@@ -11,7 +11,6 @@ import traceback
 
 from charmhelpers.core import hookenv
 
-from .facts.etcd_keys import EtcdUnavailable
 from .hook import context
 from .steps import debug_bundle, diagnosis
 
@@ -26,8 +25,8 @@ def check_network(params: dict) -> None:
 def list_leases(params: dict) -> None:
     try:
         rows = diagnosis.list_leases(context(), timeout=float(params["timeout"]))
-    except EtcdUnavailable as error:
-        hookenv.action_fail(f"cannot read the leases from etcd: {error.reason}")
+    except diagnosis.LeasesUnreadable as error:
+        hookenv.action_fail(f"cannot read the leases from {error.where}: {error.reason}")
         return
     unanswered = [row.lease.subnet for row in rows if row.node_answers is False]
     without_unit = [row.lease.subnet for row in rows if row.unit is None]

@@ -13,8 +13,11 @@ all under flannel.alpha.coreos.com/, which it never removes.
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass
 from typing import Iterable, Optional
+
+from .etcd_keys import Lease
 
 ANNOTATION_PREFIX = "flannel.alpha.coreos.com/"
 # what flanneld writes on its own Node (pkg/subnet/kube/annotations.go);
@@ -82,18 +85,50 @@ def allocation_advice(subnet_len: int, ipv6_subnet_len: Optional[int]) -> str:
     return f"juju config {CONTROL_PLANE} controller-manager-extra-args='{args}'"
 
 
-def pod_cidr_problem(node: Node, networks: Iterable, advice: str) -> Optional[str]:
-    """Why flanneld cannot lease on this Node ("" for none): no pod CIDR
-    (kube-controller-manager allocates none), or one outside the pod
-    networks flannel serves (its --cluster-cidr is not flannel's cidr)."""
+def pod_cidr_problem(node: Node, networks: Iterable[tuple], advice: str) -> Optional[str]:
+    """Why flanneld cannot lease on this Node (None for nothing): no pod
+    CIDR (kube-controller-manager allocates none), one outside the pod
+    networks flannel serves (its --cluster-cidr is not flannel's cidr), or
+    one of another size than subnet-len (its node-cidr-mask-size). Networks
+    are (network, subnet length) pairs."""
     if not node.pod_cidrs:
         return (f"Node {node.name} has no pod CIDR: kube-controller-manager must allocate "
                 f"them for subnet-manager=kubernetes: {advice}")
     served = list(networks)
     for text in node.pod_cidrs:
         cidr = ipaddress.ip_network(text, strict=False)
-        if not any(cidr.version == n.version and cidr.subnet_of(n) for n in served):
+        mine = [(n, length) for n, length in served if cidr.version == n.version]
+        if not mine or not cidr.subnet_of(mine[0][0]):
             return (f"Node {node.name}'s pod CIDR {cidr} is outside flannel's "
-                    f"{', '.join(map(str, served))}: kube-controller-manager's --cluster-cidr "
-                    "must be the cidr flannel publishes (restart it after a cidr change)")
+                    f"{', '.join(str(n) for n, _ in served)}: kube-controller-manager's "
+                    "--cluster-cidr must be the cidr flannel publishes (restart it after a "
+                    "cidr change)")
+        if cidr.prefixlen != mine[0][1]:
+            option = "subnet-len" if cidr.version == 4 else "ipv6-subnet-len"
+            return (f"Node {node.name}'s pod CIDR {cidr} is not a /{mine[0][1]} ({option}): "
+                    f"kube-controller-manager's node-cidr-mask-size must match: {advice}")
     return None
+
+
+def lease_of(node: Node) -> Optional[Lease]:
+    """A Node as flanneld's kube subnet manager leases it, in the shape of
+    an etcd lease (the actions list and probe both alike): its pod CIDRs,
+    and from flanneld's annotations its addresses and VTEPs; None for a
+    Node flanneld has not annotated (it is not in the overlay)."""
+    annotations = dict(node.annotations)
+    if annotations.get(ANNOTATION_PREFIX + "kube-subnet-manager") != "true":
+        return None
+    subnets = {ipaddress.ip_network(c, strict=False).version: c for c in node.pod_cidrs}
+    if 4 not in subnets:
+        return None
+    attributes: dict = {"BackendType": annotations.get(ANNOTATION_PREFIX + "backend-type")}
+    for key, name in (("PublicIP", "public-ip"), ("PublicIPv6", "public-ipv6")):
+        if annotations.get(ANNOTATION_PREFIX + name):
+            attributes[key] = annotations[ANNOTATION_PREFIX + name]
+    for key, name in (("BackendData", "backend-data"), ("BackendV6Data", "backend-v6-data")):
+        try:
+            attributes[key] = json.loads(annotations.get(ANNOTATION_PREFIX + name) or "null")
+        except ValueError:
+            attributes[key] = None
+    return Lease(key=f"nodes/{node.name}", subnet=subnets[4], ipv6_subnet=subnets.get(6),
+                 attributes=attributes)

@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 from ..adapters import bundle, iptables, journal, nftables
-from ..facts.etcd_keys import EtcdUnavailable
 from ..facts.paths import SERVICE_NAME
 from .context import HookContext
-from .diagnosis import etcd_leases
+from .diagnosis import LeasesUnreadable, known_leases
 from .unit_state import UnitState
 
 PRIVATE_KEY_MARK = "PRIVATE KEY"
@@ -66,13 +65,13 @@ def flannel_rules(machine, command: str) -> str:
 def etcd_view(ctx: HookContext) -> str:
     config = ctx.confirmed
     try:
-        found = etcd_leases(ctx)
+        found = known_leases(ctx)
         leases = [{"key": lease.key, "subnet": lease.subnet, "ipv6-subnet": lease.ipv6_subnet,
                    "attributes": lease.attributes, "expires-in": ttl,
                    "unit": found.units.get((lease.subnet, lease.public_ip))}
                   for lease, ttl in found.lifetimes]
-    except EtcdUnavailable as error:
-        leases = f"cannot reach etcd: {error.reason}"
+    except LeasesUnreadable as error:
+        leases = str(error)
     return json.dumps({"network-config (as etcd last confirmed it)":
                        config.to_json() if config else None, "leases": leases},
                       indent=2, sort_keys=True) + "\n"

@@ -79,13 +79,38 @@ class EtcdLeases:
     units: dict                # (IPv4 subnet, address) -> the unit that named itself its holder
 
 
-def etcd_leases(ctx: HookContext) -> EtcdLeases:
-    """Every lease, its seconds left and its unit; raises EtcdUnavailable."""
+class LeasesUnreadable(Exception):
+    """Where the leases are kept cannot be read: "cannot reach <where>: <reason>"."""
+
+    def __init__(self, where: str, reason: str):
+        super().__init__(f"cannot reach {where}: {reason}")
+        self.where, self.reason = where, reason
+
+
+def known_leases(ctx: HookContext) -> EtcdLeases:
+    """Every lease, its seconds left and its unit: etcd's, or with
+    subnet-manager=kubernetes the annotated Nodes' (no expiry; the Node's
+    name for the unit). Raises LeasesUnreadable."""
+    if ctx.on_kubernetes:
+        from ..facts.kube_nodes import KubeUnavailable, lease_of
+        try:
+            with ctx.kube_api() as api:
+                nodes = api.nodes()
+        except KubeUnavailable as error:
+            raise LeasesUnreadable("the Kubernetes API", error.reason) from None
+        held = [(lease_of(node), node.name) for node in nodes]
+        return EtcdLeases([(lease, None) for lease, _ in held if lease],
+                          {(lease.subnet, lease.public_ip): name for lease, name in held if lease})
     endpoints = ctx.remembered_etcd
     if endpoints is None:
-        raise EtcdUnavailable("this unit has not written to etcd yet (no etcd relation?)")
-    with ctx.etcd_store(endpoints, timeout=5.0, remember=False) as store:
-        return EtcdLeases(store.lease_lifetimes(), store.unit_names())
+        raise LeasesUnreadable("etcd", "this unit has not written to etcd yet (no etcd "
+                                       "relation?)")
+    try:
+        with ctx.etcd_store(endpoints, timeout=5.0, remember=False) as store:
+            return EtcdLeases(store.lease_lifetimes(), store.unit_names())
+    except EtcdUnavailable as error:
+        raise LeasesUnreadable("etcd", error.reason.removeprefix("cannot reach etcd: ")) \
+            from None
 
 
 def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
@@ -104,14 +129,16 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         report.own_problems.append("flanneld is not running here (journalctl -u flannel)")
     own = str(lease.subnet.network)
     try:
-        found = etcd_leases(ctx)
-    except EtcdUnavailable as error:
-        report.own_problems.append(f"cannot reach etcd: {error.reason}")
+        found = known_leases(ctx)
+    except LeasesUnreadable as error:
+        report.own_problems.append(str(error))
         return report
     leases = [held for held, _ in found.lifetimes]
     if not any(held.subnet == own for held in leases):
-        report.own_problems.append(f"this node's lease of {own} is gone from etcd: flanneld "
-                                   "leases again when it restarts (update-status restarts it)")
+        where = "its Node's annotations" if ctx.on_kubernetes else "etcd"
+        report.own_problems.append(f"this node's lease of {own} is gone from {where}: "
+                                   "flanneld leases again when it restarts (update-status "
+                                   "restarts it)")
     peers = [peer for held, left in found.lifetimes if held.subnet != own
              for peer in peers_of(held, found.units, ipv6=lease.ipv6_subnet is not None,
                                   expires_in=left)]
@@ -291,9 +318,10 @@ class LeaseRow:
 
 
 def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
-    """Every lease in etcd; whether each node's address answers a ping (a
-    lease outlives its node by up to 24 h). Raises EtcdUnavailable."""
-    found = etcd_leases(ctx)
+    """Every lease (etcd's, or the Nodes'); whether each node's address
+    answers a ping (an etcd lease outlives its node by up to 24 h). Raises
+    LeasesUnreadable."""
+    found = known_leases(ctx)
     lifetimes = found.lifetimes
     lease = ctx.lease()
     own = str(lease.subnet.network) if lease else None

@@ -78,7 +78,8 @@ def run(ctx: HookContext) -> Outcome:
             out.found(Problem.MTU, None).found(Problem.IPV6, None)
         if any(out.problems.values()):
             return out   # blocked; etcd and the running flanneld are left as they were
-    left = ctx.state.subnet_manager
+    # (a unit configured by a revision before subnet-manager was in etcd mode)
+    left = ctx.state.subnet_manager or (ETCD if ctx.state.etcd_endpoints else None)
     if options is not None and left not in (None, options.subnet_manager):
         leave_subnet_manager(ctx, left, out)
     if ctx.on_kubernetes:
@@ -138,7 +139,7 @@ def on_kubernetes(ctx: HookContext, network: NetworkConfig, out: Outcome) -> Out
     advice = allocation_advice(network.subnet_len,
                                network.ipv6_subnet_len if network.ipv6_network else None)
     out.found(Problem.KUBE, None).found(
-        Problem.POD_CIDR, pod_cidr_problem(node, [n for n, _ in network.pod_networks], advice))
+        Problem.POD_CIDR, pod_cidr_problem(node, network.pod_networks, advice))
     if out.problems[Problem.POD_CIDR]:
         return out   # blocked; a running flanneld runs on as it is
     state = ctx.state
