@@ -406,3 +406,12 @@ def test_another_subnet_manager_is_named(value):
         parse_options(config(**{"subnet-manager": value}))
     assert str(error.value).startswith("Invalid subnet-manager: ")
     assert str(error.value).endswith(" is not etcd or kubernetes")
+
+
+def test_an_empty_cidr_on_the_kubernetes_api_says_ipv6_only_is_not_served_yet():
+    with pytest.raises(InvalidOption) as error:
+        parse_options(config(**{"subnet-manager": "kubernetes", "cidr": "",
+                                "ipv6-cidr": "fd10:1::/56"}))
+    assert str(error.value) == (
+        "Invalid cidr: it is empty, and this charm does not serve IPv6-only nodes yet; set an "
+        "IPv4 network such as 10.1.0.0/16, with ipv6-cidr for dual-stack")

@@ -140,7 +140,8 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
         value = config.get(key)
         return DEFAULTS[key] if value is None else value
 
-    cidr = _parse_cidr(get("cidr"))
+    subnet_manager = _parse_subnet_manager(get("subnet-manager"))
+    cidr = _parse_cidr(get("cidr"), subnet_manager)
     subnet_len = _parse_int("subnet-len", get("subnet-len"))
     if not 1 <= subnet_len <= MAX_SUBNET_LEN:
         raise InvalidOption(
@@ -177,7 +178,6 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
 
     nftables = _parse_bool("enable-nftables", get("enable-nftables"))
     tx_checksum_off = _parse_offload(get("disable-vxlan-tx-checksumming"))
-    subnet_manager = _parse_subnet_manager(get("subnet-manager"))
 
     shortest = cidr.prefixlen + MIN_SUBNETS_BITS
     if subnet_len < shortest:
@@ -227,10 +227,14 @@ def _parse_int(option: str, value: object) -> int:
     return value
 
 
-def _parse_cidr(value: object) -> ipaddress.IPv4Network:
+def _parse_cidr(value: object, subnet_manager: str = ETCD) -> ipaddress.IPv4Network:
     if not isinstance(value, str):
         raise InvalidOption("cidr", f"{_quoted(value)} is not an IPv4 network")
     text = value
+    if not text and subnet_manager == KUBERNETES:
+        raise InvalidOption(
+            "cidr", "it is empty, and this charm does not serve IPv6-only nodes yet; set an "
+                    "IPv4 network such as 10.1.0.0/16, with ipv6-cidr for dual-stack")
     if not text:
         # flanneld's etcd subnet manager (v0.27, v0.28) cannot lease IPv6-only
         # nodes: with no IPv4 public IP every node takes the first one's lease
