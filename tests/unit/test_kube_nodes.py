@@ -155,3 +155,21 @@ def test_a_kubeconfig_the_charm_cannot_use_says_why(text, reason):
     with pytest.raises(KubeUnavailable) as error:
         read_kubeconfig(text)
     assert error.value.reason.startswith(reason)
+
+
+def test_a_kubeconfig_whose_certificates_do_not_load_says_why(tmp_path):
+    """Garbage where the CA or key should be is a reason, not a traceback."""
+    from charms.flannel.adapters.kube_api import KubeApi
+    ca = b64(b"not a PEM")
+    text = f"""
+clusters: [{{name: k, cluster: {{server: 'https://10.0.0.2', certificate-authority-data: {ca}}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: k, user: u}}}}]
+"""
+    with pytest.raises(KubeUnavailable) as error:
+        KubeApi(read_kubeconfig(text))
+    assert error.value.reason.startswith("the kubeconfig's CA or client certificate cannot be "
+                                         "loaded")
+    with pytest.raises(KubeUnavailable) as error:
+        read_kubeconfig(text.replace(ca, "abc"))   # (not base64: bad padding)
+    assert error.value.reason.startswith("the kubeconfig's certificates cannot be read")

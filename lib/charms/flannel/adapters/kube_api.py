@@ -52,9 +52,14 @@ def read_kubeconfig(text: str) -> KubeAccess:
     if server.scheme != "https" or not server.hostname:
         raise KubeUnavailable(f"the kubeconfig's server {cluster.get('server')!r} is not "
                               "an https address")
-    access = KubeAccess(host=server.hostname, port=server.port or 443,
-                        ca=_data(cluster, "certificate-authority"), token=user.get("token"),
-                        cert=_data(user, "client-certificate"), key=_data(user, "client-key"))
+    try:
+        access = KubeAccess(host=server.hostname, port=server.port or 443,
+                            ca=_data(cluster, "certificate-authority"), token=user.get("token"),
+                            cert=_data(user, "client-certificate"),
+                            key=_data(user, "client-key"))
+    except (OSError, ValueError) as error:   # a file it names, or data that is not base64
+        raise KubeUnavailable(f"the kubeconfig's certificates cannot be read ({error})") \
+            from None
     if not access.token and not (access.cert and access.key):
         raise KubeUnavailable("the kubeconfig gives neither a token nor a client certificate")
     return access
@@ -82,9 +87,14 @@ class KubeApi:
 
     def __init__(self, access: KubeAccess, timeout: float = 5.0):
         self.access = access
-        context = ssl.create_default_context(cadata=access.ca.decode() if access.ca else None)
-        if access.cert and access.key:
-            _load_client_pair(context, access.cert, access.key)
+        try:
+            context = ssl.create_default_context(
+                cadata=access.ca.decode(errors="replace") if access.ca else None)
+            if access.cert and access.key:
+                _load_client_pair(context, access.cert, access.key)
+        except (OSError, ValueError) as error:   # (ssl.SSLError is an OSError)
+            raise KubeUnavailable("the kubeconfig's CA or client certificate cannot be "
+                                  f"loaded ({error})") from None
         self._connection = http.client.HTTPSConnection(access.host, access.port,
                                                        context=context, timeout=timeout)
 
@@ -119,7 +129,11 @@ class KubeApi:
         if response.status >= 300:
             raise KubeUnavailable(f"the API server refused {method} {path}: {response.status} "
                                   f"{_reason(payload)}", status=response.status)
-        return json.loads(payload) if payload else None
+        try:
+            return json.loads(payload) if payload else None
+        except ValueError:
+            raise KubeUnavailable(f"the API server answered {method} {path} with no "
+                                  "JSON") from None
 
     def nodes(self) -> list[Node]:
         listed = self._request("GET", "/api/v1/nodes") or {}
