@@ -41,7 +41,7 @@ def watch_inputs():
     if checked.set_flags or STOPPED in flags or SERIES_UPGRADE in flags:
         return
     # where the leases are kept, etcd or the Kubernetes API, can be reached
-    reachable = ctx.kubeconfig() is not None if ctx.on_kubernetes else \
+    reachable = ctx.kubeconfig is not None if ctx.on_kubernetes else \
         {ETCD_AVAILABLE, ETCD_TLS} <= flags
     if reachable != (LEASES_REACHABLE in flags):
         (set_flag if reachable else clear_flag)(LEASES_REACHABLE)

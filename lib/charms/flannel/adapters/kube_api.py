@@ -2,9 +2,8 @@
 mode, through root's kubeconfig, which the principal writes
 (/root/.kube/config: the API server, its CA and the node's credentials, a
 token from kube-control on the ops worker; client certificates are taken
-too): the Nodes with their addresses, pod CIDRs and annotations, whether the
-identity may do what flanneld's kube subnet manager does, and flanneld's
-annotations taken off this node's Node at removal.
+too): the Nodes with their addresses, pod CIDRs and annotations, and what
+flanneld wrote taken off this node's Node at removal.
 
 Standard library only (ssl, http.client) and one connection per hook: a
 hook that does not run in this mode imports none of it.
@@ -138,19 +137,6 @@ class KubeApi:
     def nodes(self) -> list[Node]:
         listed = self._request("GET", "/api/v1/nodes") or {}
         return [Node.from_api(item) for item in listed.get("items") or ()]
-
-    def node(self, name: str) -> Optional[Node]:
-        found = self._request("GET", f"/api/v1/nodes/{name}")
-        return Node.from_api(found) if found else None
-
-    def may(self, verb: str, resource: str, subresource: str = "", name: str = "") -> bool:
-        """Whether this identity may `verb` `resource` (a SelfSubjectAccessReview)."""
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                  "spec": {"resourceAttributes": {"verb": verb, "resource": resource,
-                                                  "subresource": subresource, "name": name}}}
-        answer = self._request("POST",
-                               "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
-        return bool(((answer or {}).get("status") or {}).get("allowed"))
 
     def forget_flanneld(self, name: str) -> list[str]:
         """Take what flanneld wrote off a Node, through its status as

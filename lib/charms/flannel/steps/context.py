@@ -289,19 +289,28 @@ class HookContext:
                 if remember and store.answered:
                     self.state.etcd_answered = store.answered
 
+    @functools.cached_property
     def kubeconfig(self) -> Optional[bytes]:
-        """Root's kubeconfig as the principal wrote it; None while there is none."""
+        """Root's kubeconfig as the principal wrote it, read once; None while
+        there is none."""
         try:
             return self.paths.kubeconfig.read_bytes()
         except OSError:
             return None
+
+    @property
+    def kubeconfig_checksum(self) -> Optional[str]:
+        """sha256 of root's kubeconfig (an input of the network and of
+        flanneld: a new one restarts flanneld on it); None while there is none."""
+        data = self.kubeconfig
+        return hashlib.sha256(data).hexdigest() if data is not None else None
 
     def kube_api(self, timeout: float = 5.0):
         """The Kubernetes API through root's kubeconfig (adapters/kube_api.py's
         KubeApi, a context manager). Raises KubeUnavailable."""
         from ..adapters.kube_api import KubeApi, read_kubeconfig
         from ..facts.kube_nodes import KubeUnavailable
-        text = self.kubeconfig()
+        text = self.kubeconfig
         if text is None:
             raise KubeUnavailable(f"there is no {self.paths.kubeconfig}")
         return KubeApi(read_kubeconfig(text.decode(errors="replace")), timeout=timeout)

@@ -9,7 +9,6 @@ never cleans any of it.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -157,10 +156,8 @@ def flanneld_inputs(ctx: HookContext, confirmed: NetworkConfig) -> str:
     """One digest of everything flanneld reads at start."""
     files, record, paths = ctx.client_files, ctx.record, ctx.paths
     if ctx.on_kubernetes:   # the kubeconfig is the principal's: its bytes, not a record's
-        kubeconfig = ctx.kubeconfig()
         read = (record.checksum(paths.flanneld), record.checksum(paths.service_file),
-                record.checksum(paths.net_conf),
-                hashlib.sha256(kubeconfig).hexdigest() if kubeconfig else None)
+                record.checksum(paths.net_conf), ctx.kubeconfig_checksum)
     else:
         read = (record.checksum(p) for p in (paths.flanneld, paths.service_file,
                                              files.ca_file, files.cert_file, files.key_file))

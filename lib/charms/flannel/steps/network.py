@@ -13,7 +13,6 @@ flannel v0.11's leases are carried from etcd's v2 keyspace into v3
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Optional
 
@@ -46,11 +45,11 @@ def inputs(ctx: HookContext) -> Optional[str]:
     credentials (or root's kubeconfig), and the service-cidr."""
     network = wanted(ctx)
     if ctx.on_kubernetes:
-        kubeconfig = ctx.kubeconfig()
+        kubeconfig = ctx.kubeconfig_checksum
         if kubeconfig is None:
             return None
-        return digest(KUBERNETES, network.to_json() if network else None,
-                      hashlib.sha256(kubeconfig).hexdigest(), ctx.juju.service_cidr())
+        return digest(KUBERNETES, network.to_json() if network else None, kubeconfig,
+                      ctx.juju.service_cidr())
     etcd = ctx.juju.etcd()
     if etcd is None:
         return None

@@ -109,9 +109,10 @@ def remember(ctx: HookContext) -> None:
         started = service.main_pid and ctx.machine.process_started(service.main_pid)
         ctx.state.flanneld_process = [service.main_pid, started] \
             if service.active and started is not None else None
-    if ctx.state.subnet_manager_left and ctx.lease() is not None and \
-            not pods_left_note(ctx, ctx.lease()):
-        ctx.state.subnet_manager_left = None
+    if ctx.state.subnet_manager_left:
+        lease = ctx.lease()
+        if lease is not None and not pods_left_note(ctx, lease):
+            ctx.state.subnet_manager_left = None
     if ctx.idle:
         return
     ctx.state.config = ctx.config
