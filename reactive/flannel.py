@@ -105,13 +105,19 @@ def run_flanneld():
     apply(flanneld.run(context()))
 
 
-@when(INSTALLED, CNI_JOINED)
+@when(INSTALLED, SERVICE_RUNNING, CNI_JOINED)
 @when_not(CNI_CONFIGURED, SERIES_UPGRADE, RECORD_DAMAGED)
 def configure_cni():
+    apply(cni.run(context()))
+
+
+@when(INSTALLED, CNI_JOINED)
+@when_not(CNI_CONFIGURED, SERVICE_RUNNING, SERIES_UPGRADE, RECORD_DAMAGED)
+def configure_cni_before_flanneld():
     # on the Kubernetes API the principal hears of the network first: its
     # kube-controller-manager allocates the pod CIDRs flanneld leases
     ctx = context()
-    if is_flag_set(SERVICE_RUNNING) or ctx.on_kubernetes:
+    if ctx.on_kubernetes:
         apply(cni.run(ctx))
 
 

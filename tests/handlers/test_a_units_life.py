@@ -70,3 +70,19 @@ def test_etcd_s_address_without_its_tls_material_waits_without_a_traceback(unit)
     data["client_key"] = key
     unit.hook("etcd-relation-changed", etcd, "etcd/0")
     assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+
+
+def test_etcd_arriving_after_the_principal_configures_cni_in_the_same_hook(unit):
+    """The principal joined first; the hook in which etcd's credentials
+    arrive writes the network, starts flanneld and hands the principal the
+    CNI config, not a hook later (a worker's kubelet waits for it)."""
+    unit.flanneld_leases()
+    unit.hook("install")
+    cni = unit.relate_cni()
+    unit.hook("cni-relation-changed", cni, "kubernetes-worker/0")
+    assert "flannel.cni.configured" not in unit.flags
+    etcd = unit.relate_etcd()
+    unit.hook("etcd-relation-changed", etcd, "etcd/0")
+    assert "flannel.cni.configured" in unit.flags
+    assert unit.juju.relations[cni].local == {"cidr": "10.1.0.0/16",
+                                              "cni-conf-file": "10-flannel.conflist"}
