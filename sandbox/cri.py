@@ -44,6 +44,7 @@ API::
     pod.delete() -> str                             # crictl stopp + rmp; "" or the error
     image_archives() -> {"pause": Path, "busybox": Path}
     cri_leftovers() -> list[str]            # cgroups of dead machines, cni-* netns files
+    cleanup_stale_cgroups() -> list[str]    # a killed run's pod cgroups (start() calls it)
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ import time
 from pathlib import Path
 
 from .machine import Machine, resident_kib
-from .network import kill_pids, state_root
+from .network import _tag_of, kill_pids, owner_alive, state_root
 from .pod import PodFailed
 from .resource import binary_path, cache_root, crictl_path, host_arch
 
@@ -357,6 +358,7 @@ class Containerd:
         if self.running:
             return self
         started = time.monotonic()
+        cleanup_stale_cgroups()
         crictl = crictl_path()
         images = image_archives()
         self.base.mkdir(parents=True, exist_ok=True)
@@ -646,6 +648,24 @@ def _cri_message(proc: subprocess.CompletedProcess) -> str:
     if not descs:
         return text
     return descs[-1].replace('\\"', '"')
+
+
+def cleanup_stale_cgroups() -> list[str]:
+    """Pod cgroups of sandbox networks whose owning run is dead (killed
+    before its machines were destroyed): their processes killed, the cgroups
+    removed, as network.cleanup_stale does for namespaces. A live run's
+    (another xdist worker's) are spared. Returns what it removed."""
+    machines = {d.name for top in _cgroup_dirs(CGROUP_PARENT) for d in top.iterdir()
+                if d.is_dir() and _tag_of(d.name)}
+    removed = []
+    for netns in sorted(machines):
+        if owner_alive(_tag_of(netns)):
+            continue
+        relative = f"{CGROUP_PARENT}/{netns}"
+        kill_pids(lambda: _cgroup_pids(relative))
+        _remove_cgroups(relative)
+        removed.append(f"cgroup /{relative}")
+    return removed
 
 
 def cri_leftovers() -> list[str]:

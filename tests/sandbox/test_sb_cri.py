@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.cri import (BUSYBOX, BUSYBOX_IMAGE, CGROUP_PARENT, PAUSE_IMAGE, CriPod,
-                         cri_leftovers, image_archives, runtime_for)
+                         cleanup_stale_cgroups, cri_leftovers, image_archives, runtime_for)
 from sandbox.machine import Machine
 from sandbox.pod import PodFailed
 from sandbox.resource import CONTAINERD2_VERSION, CRICTL_VERSION, crictl_path
@@ -149,6 +149,32 @@ def test_a_reboot_kills_containerd_its_shims_and_containers(have_runtime, test_n
     finally:
         machine.destroy()
     assert cri_leftovers() == []
+
+
+def test_a_killed_runs_pod_cgroups_go_and_a_live_runs_stay(test_network):
+    """A run killed before it destroyed its machines (CI's own run once
+    failed on another's) leaves pod cgroups; they go, with what still runs in
+    them, before the next containerd starts; a live run's stay."""
+    hierarchy = Path("/sys/fs/cgroup/pids")
+    hierarchy = hierarchy if hierarchy.is_dir() else Path("/sys/fs/cgroup")
+    dead_tag = next(t for t in (f"{n:04x}" for n in range(0xfff0, 0x10000))
+                    if not (hierarchy / CGROUP_PARENT / f"flsb-{t}-m9").exists())
+    dead = hierarchy / CGROUP_PARENT / f"flsb-{dead_tag}-m9" / "kubepods"
+    live = hierarchy / CGROUP_PARENT / f"{test_network.prefix}m9"
+    dead.mkdir(parents=True)
+    live.mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        (dead / "cgroup.procs").write_text(str(sleeper.pid))
+        assert f"cgroup {dead.parent}" in cri_leftovers()
+        removed = cleanup_stale_cgroups()
+        assert f"cgroup /{CGROUP_PARENT}/{dead.parent.name}" in removed
+        assert sleeper.wait(timeout=10) is not None
+        assert not dead.parent.exists()
+        assert live.is_dir()
+    finally:
+        sleeper.kill()
+        live.rmdir()
 
 
 def test_without_a_conflist_runp_fails_with_containerds_words(have_runtime, test_network):
