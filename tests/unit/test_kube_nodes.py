@@ -93,6 +93,20 @@ def test_a_pod_cidr_of_another_size_than_subnet_len_names_the_mask_size():
                               "config kubernetes-control-plane"), problem
 
 
+def test_a_node_without_a_pod_cidr_of_a_family_flannel_serves_says_how_to_get_one():
+    """A Node keeps the pod CIDRs it was first given: one registered before
+    ipv6-cidr was set never gets an IPv6 one, and flanneld (dual-stack)
+    would exit on it."""
+    problem = pod_cidr_problem(Node.from_api(api_node("m1", [], ["10.1.7.0/24"])), NETWORKS,
+                               ADVICE)
+    assert problem == (
+        "Node m1 has no IPv6 pod CIDR for ipv6-cidr fd10:1::/56: a Node keeps the pod CIDRs it "
+        "was first given, so kube-controller-manager must allocate every family before it "
+        f"registers ({ADVICE}); set ipv6-cidr back, or delete the Node and restart its kubelet")
+    assert pod_cidr_problem(Node.from_api(api_node("m1", [], ["10.1.7.0/24"])), NETWORKS[:1],
+                            ADVICE) is None
+
+
 def test_pod_cidrs_inside_flannel_s_networks_are_leased_as_they_are():
     node = Node.from_api(api_node("m1", [], ["10.1.7.0/24", "fd10:1:0:7::/64"]))
     assert pod_cidr_problem(node, NETWORKS, ADVICE) is None
@@ -150,11 +164,32 @@ contexts: [{name: x, context: {cluster: k, user: u}}]""",
 users: [{name: u, user: {}}]
 contexts: [{name: x, context: {cluster: k, user: u}}]""",
      "the kubeconfig gives neither a token nor a client certificate"),
+    ("""clusters: [{name: k, cluster: 'https://10.0.0.2'}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: k, user: u}}]""",
+     "the kubeconfig cannot be read (no cluster mapping in 'k')"),
+    ("""clusters: [{name: k, cluster: {server: 'https://10.0.0.2'}}]
+users: [{name: u, user: [t]}]
+contexts: [{name: x, context: {cluster: k, user: u}}]""",
+     "the kubeconfig cannot be read (no user mapping in 'u')"),
+    ("""clusters: [{name: k, cluster: {server: 'https://10.0.0.2:api'}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: k, user: u}}]""",
+     "the kubeconfig's server 'https://10.0.0.2:api' is not an https address"),
 ])
 def test_a_kubeconfig_the_charm_cannot_use_says_why(text, reason):
     with pytest.raises(KubeUnavailable) as error:
         read_kubeconfig(text)
     assert error.value.reason.startswith(reason)
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_named_without_quoting_it():
+    """The YAML error would quote the line it broke on: a token there must
+    not reach the status or the log."""
+    with pytest.raises(KubeUnavailable) as error:
+        read_kubeconfig("users:\n- name: u\n  user: {token: s3cret-token: x}\n")
+    assert "s3cret" not in error.value.reason
+    assert error.value.reason.startswith("the kubeconfig cannot be read (not YAML at line 3")
 
 
 def test_a_kubeconfig_whose_certificates_do_not_load_says_why(tmp_path):

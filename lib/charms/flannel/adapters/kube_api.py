@@ -37,31 +37,64 @@ class KubeAccess:
 
 def read_kubeconfig(text: str) -> KubeAccess:
     """The access a kubeconfig's current context gives; KubeUnavailable
-    naming what is missing."""
+    naming what is missing, never quoting the file (it holds a token)."""
     import yaml
     try:
         config = yaml.safe_load(text) or {}
         context_name = config.get("current-context") or config["contexts"][0]["name"]
-        context = _named(config.get("contexts"), context_name)["context"]
-        cluster = _named(config.get("clusters"), context["cluster"])["cluster"]
-        user = _named(config.get("users"), context["user"])["user"] or {}
-    except (yaml.YAMLError, AttributeError, KeyError, IndexError, TypeError) as error:
-        raise KubeUnavailable(f"the kubeconfig cannot be read ({error})") from None
-    server = urlsplit(str(cluster.get("server") or ""))
-    if server.scheme != "https" or not server.hostname:
+        context = _section(_named(config.get("contexts"), context_name), "context")
+        cluster = _section(_named(config.get("clusters"), context["cluster"]), "cluster")
+        user = _section(_named(config.get("users"), context["user"]), "user", empty=True)
+    except yaml.YAMLError as error:
+        raise KubeUnavailable(f"the kubeconfig cannot be read (not YAML{_where(error)})") \
+            from None
+    except (AttributeError, KeyError, IndexError, TypeError) as error:
+        raise KubeUnavailable(f"the kubeconfig cannot be read (no {_missing(error)})") from None
+    try:
+        server = urlsplit(str(cluster.get("server") or ""))
+        host, port = server.hostname, server.port or 443
+    except ValueError:   # a port that is not a number
+        host = None
+    if server.scheme != "https" or not host:
         raise KubeUnavailable(f"the kubeconfig's server {cluster.get('server')!r} is not "
                               "an https address")
     try:
-        access = KubeAccess(host=server.hostname, port=server.port or 443,
-                            ca=_data(cluster, "certificate-authority"), token=user.get("token"),
+        token = user.get("token")
+        access = KubeAccess(host=host, port=port, ca=_data(cluster, "certificate-authority"),
+                            token=str(token) if token else None,
                             cert=_data(user, "client-certificate"),
                             key=_data(user, "client-key"))
-    except (OSError, ValueError) as error:   # a file it names, or data that is not base64
-        raise KubeUnavailable(f"the kubeconfig's certificates cannot be read ({error})") \
-            from None
+    except OSError as error:   # a file it names
+        raise KubeUnavailable("the kubeconfig's certificates cannot be read "
+                              f"({error.strerror}: {error.filename})") from None
+    except (ValueError, TypeError):   # data that is not base64
+        raise KubeUnavailable("the kubeconfig's certificates cannot be read (data that is "
+                              "not base64)") from None
     if not access.token and not (access.cert and access.key):
         raise KubeUnavailable("the kubeconfig gives neither a token nor a client certificate")
     return access
+
+
+def _section(item: dict, key: str, empty: bool = False) -> dict:
+    """A named entry's mapping (`cluster:`, `user:`, `context:`)."""
+    value = item[key]
+    if value is None and empty:
+        return {}
+    if not isinstance(value, dict):
+        raise KeyError(f"{key} mapping in {item.get('name')!r}")
+    return value
+
+
+def _where(error) -> str:
+    """Where YAML broke, without the text it quotes."""
+    mark = getattr(error, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
+def _missing(error: Exception) -> str:
+    if isinstance(error, KeyError):
+        return str(error.args[0]) if error.args else "entry"
+    return "contexts, clusters or users as kubectl writes them"
 
 
 def _named(items, name: str) -> dict:

@@ -107,6 +107,14 @@ def pod_cidr_problem(node: Node, networks: Iterable[tuple], advice: str) -> Opti
             option = "subnet-len" if cidr.version == 4 else "ipv6-subnet-len"
             return (f"Node {node.name}'s pod CIDR {cidr} is not a /{mine[0][1]} ({option}): "
                     f"kube-controller-manager's node-cidr-mask-size must match: {advice}")
+    families = {ipaddress.ip_network(text, strict=False).version for text in node.pod_cidrs}
+    for network, _ in served:
+        if network.version not in families:
+            option = "cidr" if network.version == 4 else "ipv6-cidr"
+            return (f"Node {node.name} has no IPv{network.version} pod CIDR for {option} "
+                    f"{network}: a Node keeps the pod CIDRs it was first given, so "
+                    f"kube-controller-manager must allocate every family before it registers "
+                    f"({advice}); set {option} back, or delete the Node and restart its kubelet")
     return None
 
 
