@@ -278,6 +278,26 @@ def test_a_lease_is_given_back_only_by_the_node_that_holds_it(etcd, settings, pr
     assert store.give_lease_back("10.1.53.0/24") is True   # no owner check asked for
 
 
+def test_the_last_node_out_of_etcd_mode_forgets_the_network_only_with_no_lease_left(
+        etcd, settings, prefix):
+    """subnet-manager=kubernetes: the last node to leave takes flannel's
+    config and recorded service-cidr with it, in one transaction that holds
+    only while no lease exists (a node leasing meanwhile runs on it)."""
+    client = etcd_client(etcd)
+    store = NetworkStore(settings, prefix)
+    ensure_network_config(store, network())
+    store.record_service_cidr("10.152.183.0/24")
+    client.put(f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64", "{}")
+    client.put(f"{prefix}-other/subnets/10.1.9.0-24", "{}")   # another prefix's
+    assert store.forget_network_if_unleased() is False
+    assert store.read_config()[0] == network()
+    client.delete(f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64")
+    assert store.forget_network_if_unleased() is True
+    assert (store.read_config()[0], store.read_service_cidr()) == (None, None)
+    assert client.get(f"{prefix}-other/subnets/10.1.9.0-24") == [b"{}"]
+    assert store.forget_network_if_unleased() is False   # nothing left to forget
+
+
 def test_a_backend_change_goes_through_once_every_node_released_its_lease(etcd, settings,
                                                                           prefix):
     store = NetworkStore(settings, prefix)

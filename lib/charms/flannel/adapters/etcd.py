@@ -261,12 +261,23 @@ class NetworkStore:
     def forget_network_if_unleased(self) -> bool:
         """The network config and the recorded service-cidr deleted when no
         node holds a lease any more (the last node out of etcd mode); True
-        if they went. A node that leases later writes the config again."""
-        if self.leases():
-            return False
-        deleted = [bool(self._call(lambda client, key=key: client.delete(key)))
-                   for key in (self.config_key, self.service_cidr_key)]
-        return any(deleted)
+        if they went. One transaction, on the condition that no key under
+        the subnets prefix exists (etcd compares every key of a range, and
+        an empty range as a key never created): a node leasing meanwhile
+        keeps the config its flanneld runs on."""
+        prefix = self.subnets_prefix.encode()
+
+        def forget(client: etcd3gw.Etcd3Client) -> bool:
+            done = client.transaction({
+                "compare": [{"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix)),
+                             "result": "EQUAL", "target": "CREATE", "create_revision": 0}],
+                "success": [{"request_delete_range": {"key": _b64(key)}}
+                            for key in (self.config_key, self.service_cidr_key)],
+                "failure": []})
+            return bool(done.get("succeeded")) and any(
+                int((reply.get("response_delete_range") or {}).get("deleted") or 0)
+                for reply in done.get("responses") or ())
+        return bool(self._call(forget))
 
     def close(self) -> None:
         self.session.close()
@@ -312,6 +323,12 @@ def _lease(value: bytes, meta: dict) -> Lease:
     """A lease from one key etcd3gw's get_prefix returned."""
     key = meta["key"]
     return Lease.from_etcd(key.decode() if isinstance(key, bytes) else str(key), value)
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The end of the key range of everything under `prefix` (its last
+    byte plus one, as etcdctl --prefix does)."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
 def _b64(data: str | bytes) -> str:
