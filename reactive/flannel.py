@@ -38,13 +38,16 @@ def watch_inputs():
     installed = INSTALLED in flags or ctx.state.flanneld_inputs is not None
     checked = apply(install.check_record(ctx, installed=installed,
                                          damaged=RECORD_DAMAGED in flags))
-    if checked.set_flags or STOPPED in flags or SERIES_UPGRADE in flags:
+    if STOPPED in flags:
         return
     # where the leases are kept, etcd or the Kubernetes API, can be reached
+    # (in every live hook: forget_network keys on it whatever else holds)
     reachable = ctx.kubeconfig is not None if ctx.on_kubernetes else \
         {ETCD_AVAILABLE, ETCD_TLS} <= flags
     if reachable != (LEASES_REACHABLE in flags):
         (set_flag if reachable else clear_flag)(LEASES_REACHABLE)
+    if checked.set_flags or SERIES_UPGRADE in flags:
+        return
     for step in WATCHED:
         why = step.FLAG in flags and step.stale(ctx)
         if why:

@@ -56,15 +56,16 @@ def unanswered_kubeconfig(unit) -> None:
         "contexts: [{name: c, context: {cluster: k, user: u}}]\ncurrent-context: c\n")
 
 
-def test_a_unit_leaving_etcd_keeps_nothing_of_it_in_etcd_or_on_disk(unit):
+def test_a_unit_leaves_etcd_only_once_the_kubernetes_api_serves_its_node(unit):
     """A unit configured in etcd mode (by this revision, or by one before
-    subnet-manager existed) set to kubernetes: flanneld stopped, its lease,
-    its unit key and (last node out) the network config gone from etcd,
-    the etcd client files and their directory gone, subnet.env gone; it
-    then waits for the API."""
+    subnet-manager existed) set to kubernetes while the API does not
+    answer: flanneld runs on in etcd mode, its lease, the etcd client files
+    and subnet.env stay, and the unit waits for the API. (The switch itself,
+    against a real API server: tests/functional/test_kubernetes_sees_the_overlay.py.)"""
     from charmhelpers.core import unitdata
     deployed(unit)
-    assert any("/subnets/" in key for key in unit.etcd_values())
+    before = unit.etcd_values()
+    assert any("/subnets/" in key for key in before)
     kv = unitdata.Storage(str(unit.db))
     kv.unset("flannel.subnet-manager")   # (what a unit of the revision before has)
     kv.flush()
@@ -72,11 +73,22 @@ def test_a_unit_leaving_etcd_keeps_nothing_of_it_in_etcd_or_on_disk(unit):
     unanswered_kubeconfig(unit)
     stops = sum(1 for call in unit.machine.calls if call[:3] == ["systemctl", "stop", "flannel"])
     configure(unit, subnet_manager="kubernetes")
-    assert unit.etcd_values() == {}
-    assert not unit.paths.etcd_tls_dir.exists()
-    assert not unit.paths.subnet_env.exists()
-    assert sum(1 for call in unit.machine.calls
-               if call[:3] == ["systemctl", "stop", "flannel"]) == stops + 1
     state, message = unit.status
     assert state == "waiting" and message.startswith("Cannot reach the Kubernetes API"), \
         unit.status
+    assert unit.etcd_values() == before
+    assert unit.paths.etcd_tls_dir.exists() and unit.paths.subnet_env.exists()
+    assert sum(1 for call in unit.machine.calls
+               if call[:3] == ["systemctl", "stop", "flannel"]) == stops
+
+
+def test_back_to_etcd_the_kubernetes_api_s_problem_is_no_longer_shown(unit):
+    """A problem only kubernetes mode finds (recorded between hooks) goes
+    with the mode: set back to etcd, the unit is active again."""
+    deployed(unit)
+    unanswered_kubeconfig(unit)
+    configure(unit, subnet_manager="kubernetes")
+    assert unit.status[1].startswith("Cannot reach the Kubernetes API"), unit.status
+    configure(unit, subnet_manager="etcd")
+    assert unit.status[0] == "active", unit.status
+    assert unit.status[1].startswith("Flannel subnet 10.1."), unit.status

@@ -91,6 +91,11 @@ RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem
             Problem.BRIDGE, Problem.BRIDGE_STALE, Problem.OFFLOAD, Problem.OUT_OF_SUBNETS,
             Problem.UNROUTABLE, Problem.RESTARTS)
 
+# Problems only one subnet manager's steps find: a hook in the other mode
+# clears them (no step there would find them gone).
+ETCD_ONLY = (Problem.ETCD, Problem.OUT_OF_SUBNETS, Problem.UNROUTABLE, Problem.RESTARTS)
+KUBERNETES_ONLY = (Problem.POD_CIDR, Problem.KUBE)
+
 
 @dataclass(frozen=True)
 class Status:

@@ -135,10 +135,13 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         return report
     leases = [held for held, _ in found.lifetimes]
     if not any(held.subnet == own for held in leases):
-        where = "its Node's annotations" if ctx.on_kubernetes else "etcd"
-        report.own_problems.append(f"this node's lease of {own} is gone from {where}: "
-                                   "flanneld leases again when it restarts (update-status "
-                                   "restarts it)")
+        if ctx.on_kubernetes:   # (flanneld annotates its Node as it starts)
+            gone = ("gone from its Node's annotations: flanneld writes them again when it "
+                    "restarts (systemctl restart flannel)")
+        else:
+            gone = "gone from etcd: flanneld leases again when it restarts (update-status " \
+                   "restarts it)"
+        report.own_problems.append(f"this node's lease of {own} is {gone}")
     peers = [peer for held, left in found.lifetimes if held.subnet != own
              for peer in peers_of(held, found.units, ipv6=lease.ipv6_subnet is not None,
                                   expires_in=left)]

@@ -24,7 +24,7 @@ from ..facts.kube_nodes import KubeUnavailable as KubeUnavailableError
 from ..facts.netconfig import NetworkConfig
 from ..facts.options import ETCD, KUBERNETES, InvalidOption, NetworkOptions
 from ..facts.paths import NET_CONF_MODE
-from ..facts.status import Problem
+from ..facts.status import ETCD_ONLY, KUBERNETES_ONLY, Problem
 from .context import HookContext
 from .flags import CNI_CONFIGURED, NETWORK_CONFIGURED, SERVICE_RUNNING
 from .outcome import Outcome, inputs_changed
@@ -67,6 +67,8 @@ def run(ctx: HookContext) -> Outcome:
     network, options = wanted(ctx), ctx.options
     if network is None:
         return out   # blocked on an option; nothing runs yet
+    for problem in ETCD_ONLY if ctx.on_kubernetes else KUBERNETES_ONLY:
+        out.found(problem, None)   # the other mode's, whose steps do not run here
     if options is not None:
         out.found(Problem.CIDR, _text(cidr_conflict(ctx, options)))
         if options.mtu or options.ipv6_cidr:
@@ -79,10 +81,11 @@ def run(ctx: HookContext) -> Outcome:
             return out   # blocked; etcd and the running flanneld are left as they were
     # (a unit configured by a revision before subnet-manager was in etcd mode)
     left = ctx.state.subnet_manager or (ETCD if ctx.state.etcd_endpoints else None)
-    if options is not None and left not in (None, options.subnet_manager):
-        leave_subnet_manager(ctx, left, out)
+    # the mode left is left only once the new one has what it needs
+    leaving = left if options is not None and left not in (None, options.subnet_manager) \
+        else None
     if ctx.on_kubernetes:
-        return on_kubernetes(ctx, network, out)
+        return on_kubernetes(ctx, network, out, leaving)
     etcd = ctx.juju.etcd()
     not_pem = pem_problem(etcd.ca, etcd.cert, etcd.key)
     if not_pem:
@@ -109,6 +112,8 @@ def run(ctx: HookContext) -> Outcome:
         # at the next hook)
         return out.found(Problem.NETWORK, None).found(Problem.ETCD, away.reason)
     out.found(Problem.NETWORK, None).found(Problem.ETCD, None)
+    if leaving:
+        leave_subnet_manager(ctx, leaving, out)
     state = ctx.state
     state.subnet_manager = ETCD
     if ctx.confirmed != network:
@@ -120,13 +125,17 @@ def run(ctx: HookContext) -> Outcome:
     return out.clear(SERVICE_RUNNING).set(NETWORK_CONFIGURED)
 
 
-def on_kubernetes(ctx: HookContext, network: NetworkConfig, out: Outcome) -> Outcome:
+def on_kubernetes(ctx: HookContext, network: NetworkConfig, out: Outcome,
+                  leaving: Optional[str]) -> Outcome:
     """subnet-manager=kubernetes: this machine's Node found by its
     addresses, its pod CIDRs checked (kube-controller-manager allocates
     them, inside flannel's networks), then net-conf.json written for
     flanneld. Until then flanneld is not (re)started on it: it would exit."""
     from ..facts.kube_nodes import (KubeUnavailable, allocation_advice, node_of,
                                     pod_cidr_problem)
+    over_services = service_cidr_conflict(network, ctx.juju.service_cidr())
+    if over_services:   # (the control plane's unit: workers are not told the service-cidr)
+        return out.found(Problem.NETWORK, str(over_services))
     try:
         with ctx.kube_api() as api:
             node = node_of(api.nodes(), ctx.machine_addresses())
@@ -141,12 +150,14 @@ def on_kubernetes(ctx: HookContext, network: NetworkConfig, out: Outcome) -> Out
         Problem.POD_CIDR, pod_cidr_problem(node, network.pod_networks, advice))
     if out.problems[Problem.POD_CIDR]:
         return out   # blocked; a running flanneld runs on as it is
+    if leaving:
+        leave_subnet_manager(ctx, leaving, out)
     state = ctx.state
     ctx.record.install(ctx.paths.net_conf, json.dumps(network.to_json(), indent=1).encode(),
                        NET_CONF_MODE, sole=True)
     state.node_name = node.name
     state.subnet_manager = KUBERNETES
-    out.found(Problem.NETWORK, None).found(Problem.ETCD, None)
+    out.found(Problem.NETWORK, None)
     if ctx.confirmed != network:
         state.confirmed_network = network.to_json()
         out.clear(CNI_CONFIGURED)
@@ -155,34 +166,39 @@ def on_kubernetes(ctx: HookContext, network: NetworkConfig, out: Outcome) -> Out
 
 
 def leave_subnet_manager(ctx: HookContext, left: str, out: Outcome) -> None:
-    """A subnet-manager change on a running unit: flanneld stopped, then
-    what it and the charm kept in the mode left goes (this node's lease and
-    unit name in etcd and the etcd client files, or flanneld's annotations
-    on the Node and net-conf.json); flanneld starts in the new mode with a
-    lease from the other allocator, and running pods keep addresses of the
-    old one until they are recreated (the status says so)."""
+    """A subnet-manager change on a running unit, once the new mode has
+    what it needs: flanneld stopped, then what it and the charm kept in the
+    mode left goes (this node's lease and unit name in etcd and the etcd
+    client files, or flanneld's annotations on the Node and net-conf.json),
+    each part on its own (etcd away keeps no client file behind); flanneld
+    starts in the new mode with a lease from the other allocator, and
+    running pods keep addresses of the old one until they are recreated
+    (the status says so)."""
     from ..facts.paths import SERVICE_NAME
     from .teardown import forget_node_annotations, forget_registration
     ctx.systemd.do("stop", SERVICE_NAME)
     ctx.forget_flanneld()
     state = ctx.state
-    try:
-        if left == KUBERNETES:
-            forget_node_annotations(ctx, out)
-            ctx.record.remove(ctx.paths.net_conf)
-            ctx.record.remove_directory(ctx.paths.net_conf_dir)
-        else:
-            forget_lease(ctx, out)
-            forget_registration(ctx, out)
-            for path in (ctx.paths.etcd_ca, ctx.paths.etcd_cert, ctx.paths.etcd_key):
-                ctx.record.remove(path)
-            ctx.record.remove_directory(ctx.paths.etcd_tls_dir)
-            state.etcd_endpoints = state.registered_lease = state.lease_list = None
-    except (OSError, EtcdUnavailable, KubeUnavailableError) as error:
-        out.say(f"Could not clear all that subnet-manager={left} kept: {error}", True)
+    paths = ctx.paths
+    if left == KUBERNETES:
+        parts = [lambda: forget_node_annotations(ctx, out),
+                 lambda: ctx.record.remove(paths.net_conf),
+                 lambda: ctx.record.remove_directory(paths.net_conf_dir)]
+    else:
+        parts = [lambda: forget_lease(ctx, out), lambda: forget_registration(ctx, out)]
+        parts += [lambda path=path: ctx.record.remove(path)
+                  for path in (paths.etcd_ca, paths.etcd_cert, paths.etcd_key)]
+        parts.append(lambda: ctx.record.remove_directory(paths.etcd_tls_dir))
+    for part in parts:
+        try:
+            part()
+        except (OSError, EtcdUnavailable, KubeUnavailableError) as error:
+            out.say(f"Could not clear all that subnet-manager={left} kept: {error}", True)
+    if left == ETCD:
+        state.etcd_endpoints = state.registered_lease = state.lease_list = None
     # the lease it names is gone: the new mode's flanneld writes its own
-    if ctx.paths.subnet_env.exists():
-        ctx.paths.subnet_env.unlink()
+    if paths.subnet_env.exists():
+        paths.subnet_env.unlink()
     out.say(f"subnet-manager changed from {left}: flanneld leases anew; pods already "
             "running keep their addresses until they are recreated (the status counts them)",
             True)
@@ -256,13 +272,22 @@ def write_network(store, network: NetworkConfig, published_service_cidr: Optiona
     then the config written; True if this call wrote it. Raises
     InvalidOption (blocked, before anything is written) or EtcdUnavailable
     (waiting)."""
-    services = shared_service_cidr(store, published_service_cidr)
+    over_services = service_cidr_conflict(network,
+                                          shared_service_cidr(store, published_service_cidr))
+    if over_services:
+        raise over_services
+    return ensure_network_config(store, network)
+
+
+def service_cidr_conflict(network: NetworkConfig,
+                          services: Optional[str]) -> Optional[InvalidOption]:
+    """The pod networks over the cluster's service network, if they are."""
     for option, cidr in (("cidr", network.network), ("ipv6-cidr", network.ipv6_network)):
         over_services = host_network.cidr_conflict(cidr, (), services, option=option) \
-            if cidr else None
+            if cidr and services else None
         if over_services:
-            raise over_services
-    return ensure_network_config(store, network)
+            return over_services
+    return None
 
 
 def shared_service_cidr(store, published: Optional[str]) -> Optional[str]:
