@@ -93,6 +93,9 @@ from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
 # The trees made private (overlayfs) in every machine.
 OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
                  "/usr/lib/systemd/system", "/root/.kube")
+# Of those, the trees a machine starts with empty, whatever the host has
+# there (root's kubeconfig: the principals write the machine's own).
+EMPTY_ROOTS = ("/root/.kube",)
 START_TIMEOUT = 120.0  # seconds for the holder to set up the mounts (a bound for a hang)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The machine's journalctl: a unit's journal is what systemctl3 wrote of its
@@ -142,9 +145,9 @@ keep = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in cfg["keep"] if os.p
 if libc.umount2(b"/sys", MNT_DETACH) != 0:
     raise OSError(ctypes.get_errno(), "umount /sys")
 mount("sysfs", "/sys", "sysfs", 0, None)
-for root, upper, work in cfg["overlays"]:
+for root, lower, upper, work in cfg["overlays"]:
     mount("overlay", root, "overlay", 0,
-          "lowerdir=%s,upperdir=%s,workdir=%s" % (root, upper, work))
+          "lowerdir=%s,upperdir=%s,workdir=%s" % (lower, upper, work))
     # Put back at once what this overlay hid: the next overlays' upper dirs
     # live in the state root, and an overlay cannot be an upper layer.
     for path, fd in keep:
@@ -278,10 +281,11 @@ class Machine:
         for root in OVERLAY_ROOTS:
             upper = self.state_dir / "upper" / root.lstrip("/")
             work = self.state_dir / "work" / root.lstrip("/")
-            upper.mkdir(parents=True)
-            work.mkdir(parents=True)
+            lower = self.state_dir / "empty" / root.lstrip("/") if root in EMPTY_ROOTS else root
+            for made in (upper, work) + ((lower,) if root in EMPTY_ROOTS else ()):
+                made.mkdir(parents=True)
             shutil.copystat(root, upper)   # the tree's root keeps the host's mode
-            overlays.append([root, str(upper), str(work)])
+            overlays.append([root, str(lower), str(upper), str(work)])
         (self.state_dir / "machine.json").write_text(json.dumps(
             {"name": self.name, "netns": self.netns, "network": self.network.tag}))
         # Ubuntu identity (charmhelpers refuses Debian) and systemd's marks.

@@ -51,6 +51,23 @@ def test_private_trees(machines):
     assert m2.ls("/opt/cni/bin") == ["flannel"] and m1.ls("/opt/cni/bin") == ["x"]
 
 
+def test_root_s_kube_directory_starts_empty_in_every_machine(machines):
+    """Root's kubeconfig is what the machine's principal writes: the host's
+    /root/.kube (kubectl's cache, an operator's config) is not seen inside."""
+    m1, m2 = machines
+    marker = f"/root/.kube/host-only-{os.getpid()}"
+    open(marker, "w").close()
+    try:
+        assert m1.ls("/root/.kube") == [] and m2.ls("/root/.kube") == []
+    finally:
+        os.unlink(marker)
+    m1.write_file("/root/.kube/config", b"m1\n", 0o600)
+    assert m1.read_file("/root/.kube/config") == b"m1\n"
+    assert m2.read_file("/root/.kube/config") is None
+    assert not os.path.exists("/root/.kube/config") or \
+        open("/root/.kube/config", "rb").read() != b"m1\n"
+
+
 def test_ubuntu_identity_and_systemd_marks(machines):
     m1, _ = machines
     os_release = m1.run(["cat", "/etc/os-release"]).stdout
