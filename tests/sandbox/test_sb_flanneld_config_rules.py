@@ -241,8 +241,8 @@ def test_ipv6_only_is_refused_because_flanneld_gives_every_node_one_lease(flanne
     fails, and the charm may let cidr be empty."""
     assert charm_verdict({"cidr": "", "ipv6-cidr": "fd10:1::/56"}) == (False, (
         "Invalid cidr: it is empty, and flanneld cannot run IPv6-only with etcd (every node "
-        "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16, with "
-        "ipv6-cidr for dual-stack"))
+        "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16 (with "
+        "ipv6-cidr for dual-stack), or subnet-manager=kubernetes for IPv6-only"))
     prefix = f"/ipv6-only-{uuid.uuid4().hex[:8]}/network"
     etcd, pki, net = flanneld_node["etcd"], flanneld_node["pki"], flanneld_node["net"]
     host, port = etcd.endpoint.rsplit("//", 1)[1].rsplit(":", 1)

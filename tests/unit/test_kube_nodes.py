@@ -63,6 +63,20 @@ def test_an_annotated_node_is_a_lease_as_the_actions_list_and_probe_them():
     assert lease_of(Node.from_api(api_node("m2", [], ["10.1.2.0/24"]))) is None
 
 
+def test_an_ipv6_only_node_is_a_lease_keyed_by_its_ipv6_pod_cidr():
+    """flanneld with EnableIPv4 false annotates only the IPv6 address and
+    VTEP: the lease carries them where an IPv4 lease has its own, so the
+    actions probe it as any other."""
+    node = Node.from_api(api_node("m1", ["fd00::12"], ["fd10:1:0:1::/64"], {
+        PREFIX + "kube-subnet-manager": "true", PREFIX + "backend-type": "vxlan",
+        PREFIX + "backend-v6-data": '{"VNI":1,"VtepMAC":"c2:d3:ec:43:70:af"}',
+        PREFIX + "public-ipv6": "fd00::12"}))
+    lease = lease_of(node)
+    assert (lease.subnet, lease.ipv6_subnet, lease.public_ip) == (
+        "fd10:1:0:1::/64", None, "fd00::12")
+    assert lease.attributes["BackendData"]["VtepMAC"] == "c2:d3:ec:43:70:af"
+
+
 NETWORKS = [(ipaddress.ip_network("10.1.0.0/16"), 24), (ipaddress.ip_network("fd10:1::/56"), 64)]
 ADVICE = allocation_advice(24, 64)
 

@@ -13,7 +13,7 @@ import pytest
 
 from charms.flannel.facts.netconfig import (Backend, NetworkConfig, NotANetworkConfig,
                                             vxlan_v6_device_mtu)
-from charms.flannel.facts.subnet_env import parse_subnet_env
+from charms.flannel.facts.subnet_env import SubnetEnv, parse_subnet_env
 
 VXLAN = {"Type": "vxlan"}
 
@@ -204,6 +204,25 @@ def test_a_lease_is_the_config_s_only_if_flanneld_would_keep_it(held, ipv6, hold
     """flanneld drops a lease of another shape and leases anew (both
     families): until then, the node's subnet.env is stale."""
     assert (dual() if ipv6 else config()).holds(held) is holds
+
+
+def test_an_ipv6_only_config_holds_only_ipv6_only_leases():
+    """EnableIPv4 false: flanneld leases only an IPv6 subnet, and a lease
+    with an IPv4 one is of the config before."""
+    v6_only = NetworkConfig.from_json({"EnableIPv4": False, "EnableIPv6": True,
+                                       "IPv6Network": "fd10:1::/56", "IPv6SubnetLen": 64,
+                                       "Backend": {"Type": "vxlan"}})
+    assert v6_only.network is None and v6_only.pod_networks == (
+        (ipaddress.IPv6Network("fd10:1::/56"), 64),)
+    only_v6 = SubnetEnv(network=None, subnet=None, mtu=1450, ipmasq=True,
+                        ipv6_network=ipaddress.IPv6Network("fd10:1::/56"),
+                        ipv6_subnet=ipaddress.IPv6Interface("fd10:1:0:5::1/64"))
+    assert v6_only.holds(only_v6)
+    assert not v6_only.holds(lease("10.1.52.1/24", "fd10:1:0:5::1/64"))
+    assert not dual().holds(only_v6)
+    assert v6_only.vxlan_mtus(1500) == {"flannel-v6.1": 1430}
+    with pytest.raises(NotANetworkConfig):
+        NetworkConfig.from_json({"EnableIPv4": False, "Backend": {"Type": "vxlan"}})
 
 
 # --- the backend's devices and MTUs -------------------------------------------------------

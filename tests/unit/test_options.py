@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from charms.flannel.facts.netconfig import NetworkConfig
 from charms.flannel.facts.offload import choose
 from charms.flannel.facts.options import InvalidOption, NetworkOptions, parse_options
 
@@ -83,8 +84,8 @@ def test_invalid_option_carries_option_reason_and_message():
                                 'one network; put the IPv4 pod network in cidr and the IPv6 '
                                 'one in ipv6-cidr'),
     ("", "Invalid cidr: it is empty, and flanneld cannot run IPv6-only with etcd (every node "
-         "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16, with "
-         "ipv6-cidr for dual-stack"),
+         "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16 (with "
+         "ipv6-cidr for dual-stack), or subnet-manager=kubernetes for IPv6-only"),
     ("127.0.0.0/16", 'Invalid cidr: "127.0.0.0/16" overlaps 127.0.0.0/8 (loopback); '
                      'use a private range such as 10.1.0.0/16'),
     ("224.0.0.0/8", 'Invalid cidr: "224.0.0.0/8" overlaps 224.0.0.0/4 (multicast); '
@@ -408,10 +409,25 @@ def test_another_subnet_manager_is_named(value):
     assert str(error.value).endswith(" is not etcd or kubernetes")
 
 
-def test_an_empty_cidr_on_the_kubernetes_api_says_ipv6_only_is_not_served_yet():
+def test_an_empty_cidr_on_the_kubernetes_api_is_ipv6_only():
+    """flanneld on the Kubernetes API leases IPv6-only Nodes (EnableIPv4
+    false); its net-conf.json has no Network, and the principal hears only
+    the IPv6 network."""
+    options = parse_options(config(**{"subnet-manager": "kubernetes", "cidr": "",
+                                      "ipv6-cidr": "fd10:1::/56"}))
+    network = options.network_config()
+    assert options.cidr is None
+    assert network.to_json() == {"EnableIPv4": False, "Backend": {"Type": "vxlan", "VNI": 1},
+                                 "EnableIPv6": True, "IPv6Network": "fd10:1::/56",
+                                 "IPv6SubnetLen": 64}
+    assert network.published_cidr == "fd10:1::/56"
+    assert (network.vxlan_link, network.vxlan_v6_link) == (None, "flannel-v6.1")
+    assert NetworkConfig.from_json(network.to_json()) == network
+
+
+def test_no_network_at_all_is_refused_naming_both_options():
     with pytest.raises(InvalidOption) as error:
-        parse_options(config(**{"subnet-manager": "kubernetes", "cidr": "",
-                                "ipv6-cidr": "fd10:1::/56"}))
+        parse_options(config(**{"subnet-manager": "kubernetes", "cidr": ""}))
     assert str(error.value) == (
-        "Invalid cidr: it is empty, and this charm does not serve IPv6-only nodes yet; set an "
-        "IPv4 network such as 10.1.0.0/16, with ipv6-cidr for dual-stack")
+        "Invalid cidr: it is empty, and so is ipv6-cidr: set cidr (an IPv4 network such as "
+        "10.1.0.0/16), ipv6-cidr for IPv6-only, or both for dual-stack")

@@ -38,6 +38,19 @@ def test_a_dual_stack_lease_gives_both_gateways():
     assert parse_subnet_env(FLANNELD_WROTE).gateways == (EXPECTED.subnet,)
 
 
+def test_an_ipv6_only_lease_has_only_the_ipv6_pair():
+    """flanneld with EnableIPv4 false (WriteSubnetFile) writes no
+    FLANNEL_NETWORK or FLANNEL_SUBNET: the IPv6 gateway names the lease."""
+    env = parse_subnet_env("FLANNEL_IPV6_NETWORK=fd10:1::/56\n"
+                           "FLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n"
+                           "FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n")
+    assert (env.network, env.subnet) == (None, None)
+    assert [str(g) for g in env.gateways] == ["fd10:1:0:5::1/64"]
+    assert str(env.primary.network) == "fd10:1:0:5::/64"
+    assert env.lease_name == "fd10:1:0:5::/64"
+    assert env.networks == ((ipaddress.IPv6Network("fd10:1::/56"), 64),)
+
+
 def test_ipmasq_false_and_quoted_values():
     text = FLANNELD_WROTE.replace("true", "false").replace("1450", '"1400"')
     env = parse_subnet_env(text)

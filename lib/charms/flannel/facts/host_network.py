@@ -127,15 +127,16 @@ def find_link(iface: str, links: Iterable[Link]) -> Optional[Link]:
                 None)
 
 
-def iface_problem(iface: str, links: Iterable[Link]) -> Optional[InvalidOption]:
+def iface_problem(iface: str, links: Iterable[Link], ipv4: bool = True) -> Optional[InvalidOption]:
     """Why flanneld cannot carry the overlay on `iface` (a link name or an
-    address of one), or None."""
+    address of one), or None. IPv6-only (not `ipv4`), an IPv6 address of it
+    is what flanneld sends from (ipv6_problem checks it has one)."""
     links = list(links)
     try:
         address = ipaddress.ip_address(iface)
     except ValueError:
         address = None
-    if address is not None and address.version == 6:
+    if address is not None and address.version == 6 and ipv4:
         return InvalidOption("iface", f'"{iface}" is an IPv6 address; flannel carries '
                                       "its overlay over IPv4: give an IPv4 address or "
                                       "an interface name")
@@ -149,7 +150,7 @@ def iface_problem(iface: str, links: Iterable[Link]) -> Optional[InvalidOption]:
     if not link.up:
         return InvalidOption("iface", f'"{iface}" is down ({link.name} has no carrier '
                                       "or is not up); bring it up or choose another")
-    if not any(a.version == 4 for a in link.addresses):
+    if ipv4 and not any(a.version == 4 for a in link.addresses):
         return InvalidOption("iface", f'"{iface}" has no IPv4 address; flanneld needs '
                                       "one to reach the other machines")
     return None

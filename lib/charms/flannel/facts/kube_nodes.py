@@ -76,10 +76,14 @@ def node_of(nodes: Iterable[Node], addresses: Iterable[str]) -> Optional[Node]:
     return None
 
 
-def allocation_advice(subnet_len: int, ipv6_subnet_len: Optional[int]) -> str:
+def allocation_advice(subnet_len: Optional[int], ipv6_subnet_len: Optional[int]) -> str:
     """What the operator sets on the control plane for node pod CIDRs that
-    match flannel's subnet-len options."""
-    args = f"allocate-node-cidrs=true node-cidr-mask-size-ipv4={subnet_len}"
+    match flannel's subnet-len options, per family it serves (None: not
+    that family; kube-controller-manager refuses the IPv4 mask size on a
+    single-stack IPv6 cluster)."""
+    args = "allocate-node-cidrs=true"
+    if subnet_len is not None:
+        args += f" node-cidr-mask-size-ipv4={subnet_len}"
     if ipv6_subnet_len is not None:
         args += f" node-cidr-mask-size-ipv6={ipv6_subnet_len}"
     return f"juju config {CONTROL_PLANE} controller-manager-extra-args='{args}'"
@@ -122,21 +126,31 @@ def lease_of(node: Node) -> Optional[Lease]:
     """A Node as flanneld's kube subnet manager leases it, in the shape of
     an etcd lease (the actions list and probe both alike): its pod CIDRs,
     and from flanneld's annotations its addresses and VTEPs; None for a
-    Node flanneld has not annotated (it is not in the overlay)."""
+    Node flanneld has not annotated (it is not in the overlay). An IPv6-only
+    Node's lease is keyed by its IPv6 pod CIDR, with its IPv6 address and
+    VTEP where an etcd lease has the IPv4 ones."""
     annotations = dict(node.annotations)
     if annotations.get(ANNOTATION_PREFIX + "kube-subnet-manager") != "true":
         return None
     subnets = {ipaddress.ip_network(c, strict=False).version: c for c in node.pod_cidrs}
-    if 4 not in subnets:
+    if 4 in subnets:
+        subnet, ipv6_subnet = subnets[4], subnets.get(6)
+        names = {"PublicIP": "public-ip", "PublicIPv6": "public-ipv6",
+                 "BackendData": "backend-data", "BackendV6Data": "backend-v6-data"}
+    elif 6 in subnets:   # IPv6-only
+        subnet, ipv6_subnet = subnets[6], None
+        names = {"PublicIP": "public-ipv6", "BackendData": "backend-v6-data"}
+    else:
         return None
     attributes: dict = {"BackendType": annotations.get(ANNOTATION_PREFIX + "backend-type")}
-    for key, name in (("PublicIP", "public-ip"), ("PublicIPv6", "public-ipv6")):
-        if annotations.get(ANNOTATION_PREFIX + name):
-            attributes[key] = annotations[ANNOTATION_PREFIX + name]
-    for key, name in (("BackendData", "backend-data"), ("BackendV6Data", "backend-v6-data")):
-        try:
-            attributes[key] = json.loads(annotations.get(ANNOTATION_PREFIX + name) or "null")
-        except ValueError:
-            attributes[key] = None
-    return Lease(key=f"nodes/{node.name}", subnet=subnets[4], ipv6_subnet=subnets.get(6),
+    for key, name in names.items():
+        value = annotations.get(ANNOTATION_PREFIX + name)
+        if key.startswith("Backend"):
+            try:
+                attributes[key] = json.loads(value or "null")
+            except ValueError:
+                attributes[key] = None
+        elif value:
+            attributes[key] = value
+    return Lease(key=f"nodes/{node.name}", subnet=subnet, ipv6_subnet=ipv6_subnet,
                  attributes=attributes)

@@ -45,7 +45,9 @@ class Backend:
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    network: ipaddress.IPv4Network
+    # the IPv4 pod network; None: IPv6-only (EnableIPv4 false, flanneld >= 0.22
+    # on the Kubernetes API only: its etcd subnet manager keys leases by IPv4)
+    network: Optional[ipaddress.IPv4Network]
     subnet_len: int
     backend: Backend = Backend()
     ipv6_network: Optional[ipaddress.IPv6Network] = None   # dual-stack; None: IPv4 only
@@ -63,7 +65,9 @@ class NetworkConfig:
             data = json.loads(value) if isinstance(value, (str, bytes)) else value
             if not isinstance(data, dict):
                 raise NotANetworkConfig("not a JSON object")
-            network = ipaddress.IPv4Network(str(data["Network"]))
+            # flanneld reads EnableIPv4 true when absent (ParseConfig)
+            ipv4 = _flag(data, "EnableIPv4", default=True)
+            network = ipaddress.IPv4Network(str(data["Network"])) if ipv4 else None
             backend = data.get("Backend")
             if backend is None:
                 backend = {"Type": NO_BACKEND}
@@ -73,9 +77,12 @@ class NetworkConfig:
             ipv6 = None
             if data.get("EnableIPv6") and data.get("IPv6Network"):
                 ipv6 = ipaddress.IPv6Network(str(data["IPv6Network"]))
+            if network is None and ipv6 is None:
+                raise NotANetworkConfig("it enables neither IPv4 nor IPv6")
             return cls(
                 network=network,
-                subnet_len=int(data.get("SubnetLen") or _default_subnet_len(network, 24, 22)),
+                subnet_len=int(data.get("SubnetLen") or (
+                    _default_subnet_len(network, 24, 22) if network else 24)),
                 backend=Backend(type=kind,
                                 vni=int(backend.get("VNI") or DEFAULT_VNI),
                                 port=int(backend.get("Port") or 0),
@@ -112,8 +119,9 @@ class NetworkConfig:
                 backend["MTU"] = self.backend.mtu
             if self.backend.direct_routing:
                 backend["DirectRouting"] = True
-        config: dict[str, Any] = {"Network": str(self.network), "SubnetLen": self.subnet_len,
-                                  "Backend": backend}
+        config: dict[str, Any] = ({"Network": str(self.network), "SubnetLen": self.subnet_len}
+                                  if self.network is not None else {"EnableIPv4": False})
+        config["Backend"] = backend
         if self.ipv6_network is not None:
             config.update(EnableIPv6=True, IPv6Network=str(self.ipv6_network),
                           IPv6SubnetLen=self.ipv6_subnet_len)
@@ -136,8 +144,14 @@ class NetworkConfig:
 
     @property
     def pod_networks(self) -> tuple:
-        """(network, subnet length) of each family, IPv4 first."""
-        return ((self.network, self.subnet_len),) + ((self.ipv6,) if self.ipv6 else ())
+        """(network, subnet length) of each family it has, IPv4 first."""
+        ipv4 = ((self.network, self.subnet_len),) if self.network is not None else ()
+        return ipv4 + ((self.ipv6,) if self.ipv6 else ())
+
+    @property
+    def primary_network(self) -> Union[ipaddress.IPv4Network, ipaddress.IPv6Network]:
+        """The first family's pod network: IPv4's, or IPv6's when IPv6-only."""
+        return self.pod_networks[0][0]
 
     @property
     def published_cidr(self) -> str:
@@ -145,8 +159,7 @@ class NetworkConfig:
         for dual-stack "10.1.0.0/16,fd10:1::/56" (IPv4 first, no spaces),
         which kubernetes-control-plane passes as is to
         kube-controller-manager's and kube-proxy's --cluster-cidr."""
-        return ",".join([str(self.network)] + ([str(self.ipv6_network)]
-                                               if self.ipv6_network else []))
+        return ",".join(str(network) for network, _ in self.pod_networks)
 
     def could_be_gateway(self, address: Address) -> bool:
         """Whether a bridge address ("10.1.52.1/24") can be the gateway of a
@@ -159,15 +172,17 @@ class NetworkConfig:
         return False
 
     def holds(self, lease) -> bool:
-        """Whether a lease (subnet_env.SubnetEnv) is one of this config's:
-        its IPv4 subnet in the network with the subnet length, and an IPv6
-        subnet exactly when the config has IPv6. flanneld drops a lease that
-        is not (a cidr, length or IPv6 change) and leases anew."""
-        if not self.could_be_gateway(lease.subnet):
-            return False
-        if self.ipv6 is None or lease.ipv6_subnet is None:
-            return self.ipv6 is None and lease.ipv6_subnet is None
-        return self.could_be_gateway(lease.ipv6_subnet)
+        """Whether a lease (subnet_env.SubnetEnv) is one of this config's: a
+        subnet of each family the config has, and only of those, each in
+        its network with its subnet length. flanneld drops a lease that is
+        not (a cidr, length or family change) and leases anew."""
+        for network, gateway in ((self.network, lease.subnet),
+                                 (self.ipv6_network, lease.ipv6_subnet)):
+            if (network is None) != (gateway is None):
+                return False
+            if gateway is not None and not self.could_be_gateway(gateway):
+                return False
+        return True
 
     @property
     def leasable(self) -> int:
@@ -177,20 +192,22 @@ class NetworkConfig:
         return min(2 ** (length - network.prefixlen) - 1 for network, length in self.pod_networks)
 
     def subnets_held(self, subnets) -> int:
-        """How many of the leases' IPv4 subnets ("10.1.52.0/24") are of this
-        network."""
+        """How many of the leases' first subnets ("10.1.52.0/24") are of this
+        config's first network."""
         held = 0
         for subnet in subnets:
             try:
-                held += ipaddress.ip_network(subnet).subnet_of(self.network)
+                held += ipaddress.ip_network(subnet).subnet_of(self.primary_network)
             except (ValueError, TypeError):
                 continue
         return held
 
     @property
-    def first_subnet(self) -> ipaddress.IPv4Network:
-        """The network's first subnet, which flanneld never leases (SubnetMin)."""
-        return ipaddress.IPv4Network(f"{self.network.network_address}/{self.subnet_len}")
+    def first_subnet(self):
+        """The first network's first subnet, which flanneld never leases
+        (SubnetMin)."""
+        network, length = self.pod_networks[0]
+        return ipaddress.ip_network(f"{network.network_address}/{length}")
 
     # --- the backend's devices -----------------------------------------------------
     @property
@@ -199,8 +216,9 @@ class NetworkConfig:
 
     @property
     def vxlan_link(self) -> Optional[str]:
-        """The vxlan device flanneld makes: flannel.<VNI>; None for host-gw."""
-        return f"flannel.{self.backend.vni}" if self.vxlan else None
+        """The IPv4 vxlan device flanneld makes: flannel.<VNI>; None for
+        host-gw, or IPv6-only (flanneld makes only flannel-v6.<VNI>)."""
+        return f"flannel.{self.backend.vni}" if self.vxlan and self.network else None
 
     @property
     def vxlan_v6_link(self) -> Optional[str]:
@@ -223,7 +241,7 @@ class NetworkConfig:
         if not self.vxlan:
             return {}
         pods = self.pod_mtu(underlay_mtu)
-        devices = {self.vxlan_link: pods}
+        devices = {self.vxlan_link: pods} if self.vxlan_link else {}
         if self.vxlan_v6_link:
             devices[self.vxlan_v6_link] = vxlan_v6_device_mtu(pods, underlay_mtu)
         return devices
@@ -245,10 +263,10 @@ def _default_subnet_len(network, per_host: int, big_enough: int) -> int:
     return per_host if network.prefixlen <= big_enough else network.prefixlen + 2
 
 
-def _flag(data: dict, key: str) -> bool:
+def _flag(data: dict, key: str, default: bool = False) -> bool:
     """A boolean of the config as flanneld reads it: Go's JSON matches the
     key case-insensitively and refuses a value that is not a boolean."""
-    value = next((v for k, v in data.items() if k.lower() == key.lower()), False)
+    value = next((v for k, v in data.items() if k.lower() == key.lower()), default)
     if not isinstance(value, bool):
         raise NotANetworkConfig(f"{key} is not true or false")
     return value

@@ -99,7 +99,7 @@ class InvalidOption(ValueError):
 
 @dataclass(frozen=True)
 class NetworkOptions:
-    cidr: ipaddress.IPv4Network
+    cidr: Optional[ipaddress.IPv4Network]   # None: IPv6-only (subnet-manager=kubernetes)
     subnet_len: int
     backend: str  # "vxlan" | "host-gw"
     vni: int
@@ -179,7 +179,11 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
     nftables = _parse_bool("enable-nftables", get("enable-nftables"))
     tx_checksum_off = _parse_offload(get("disable-vxlan-tx-checksumming"))
 
-    shortest = cidr.prefixlen + MIN_SUBNETS_BITS
+    if cidr is None and ipv6_cidr is None:
+        raise InvalidOption(
+            "cidr", "it is empty, and so is ipv6-cidr: set cidr (an IPv4 network such as "
+                    "10.1.0.0/16), ipv6-cidr for IPv6-only, or both for dual-stack")
+    shortest = cidr.prefixlen + MIN_SUBNETS_BITS if cidr else 0
     if subnet_len < shortest:
         if shortest > MAX_SUBNET_LEN:
             raise InvalidOption(
@@ -227,21 +231,19 @@ def _parse_int(option: str, value: object) -> int:
     return value
 
 
-def _parse_cidr(value: object, subnet_manager: str = ETCD) -> ipaddress.IPv4Network:
+def _parse_cidr(value: object, subnet_manager: str = ETCD) -> Optional[ipaddress.IPv4Network]:
     if not isinstance(value, str):
         raise InvalidOption("cidr", f"{_quoted(value)} is not an IPv4 network")
     text = value
     if not text and subnet_manager == KUBERNETES:
-        raise InvalidOption(
-            "cidr", "it is empty, and this charm does not serve IPv6-only nodes yet; set an "
-                    "IPv4 network such as 10.1.0.0/16, with ipv6-cidr for dual-stack")
+        return None   # IPv6-only, if ipv6-cidr is set (checked with it)
     if not text:
         # flanneld's etcd subnet manager (v0.27, v0.28) cannot lease IPv6-only
         # nodes: with no IPv4 public IP every node takes the first one's lease
         raise InvalidOption(
             "cidr", "it is empty, and flanneld cannot run IPv6-only with etcd (every node "
-                    "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16, "
-                    "with ipv6-cidr for dual-stack")
+                    "would get the same IPv6 subnet); set an IPv4 network such as 10.1.0.0/16 "
+                    "(with ipv6-cidr for dual-stack), or subnet-manager=kubernetes for IPv6-only")
     if "," in text:   # Calico's dual-stack form
         raise InvalidOption(
             "cidr", f"{_quoted(text)} holds more than one network; put the IPv4 pod network "

@@ -7,29 +7,42 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
-REQUIRED = ("FLANNEL_NETWORK", "FLANNEL_SUBNET", "FLANNEL_MTU", "FLANNEL_IPMASQ")
+REQUIRED = ("FLANNEL_MTU", "FLANNEL_IPMASQ")
+# a lease's subnet of each family: IPv4's, IPv6's (both: dual-stack); an
+# IPv6-only flanneld (EnableIPv4 false) writes no FLANNEL_NETWORK or FLANNEL_SUBNET
+IPV4 = ("FLANNEL_NETWORK", "FLANNEL_SUBNET")
+IPV6 = ("FLANNEL_IPV6_NETWORK", "FLANNEL_IPV6_SUBNET")
 
 
 class IncompleteSubnetEnv(ValueError):
-    """Some of the four IPv4 variables are missing (flanneld not done yet)."""
+    """A variable flanneld writes is missing (flanneld not done yet)."""
 
 
 @dataclass(frozen=True)
 class SubnetEnv:
-    network: ipaddress.IPv4Network  # the whole pod network, e.g. 10.1.0.0/16
-    subnet: ipaddress.IPv4Interface  # this node's gateway/lease, e.g. 10.1.52.1/24
+    # the whole IPv4 pod network, e.g. 10.1.0.0/16, and this node's
+    # gateway/lease in it, e.g. 10.1.52.1/24; both None when IPv6-only
+    network: Optional[ipaddress.IPv4Network]
+    subnet: Optional[ipaddress.IPv4Interface]
     mtu: int
     ipmasq: bool
-    # dual-stack: the IPv6 pod network and this node's gateway/lease in it
+    # dual-stack or IPv6-only: the IPv6 pod network and this node's gateway/lease in it
     ipv6_network: Optional[ipaddress.IPv6Network] = None   # fd10:1::/56
     ipv6_subnet: Optional[ipaddress.IPv6Interface] = None  # fd10:1:0:5::1/64
 
     @property
     def gateways(self) -> tuple:
-        """This node's gateway of each family (the pods' bridge holds them)."""
-        return (self.subnet,) + ((self.ipv6_subnet,) if self.ipv6_subnet else ())
+        """This node's gateway of each family (the pods' bridge holds them),
+        IPv4 first."""
+        return tuple(gateway for gateway in (self.subnet, self.ipv6_subnet) if gateway)
+
+    @property
+    def primary(self) -> Union[ipaddress.IPv4Interface, ipaddress.IPv6Interface]:
+        """The first family's gateway, which names the lease: IPv4's, or
+        IPv6's when IPv6-only."""
+        return self.gateways[0]
 
     @property
     def lease_name(self) -> str:
@@ -40,17 +53,18 @@ class SubnetEnv:
     @property
     def networks(self) -> tuple:
         """(network, subnet length) of each family the lease is in."""
-        found = [(self.network, self.subnet.network.prefixlen)]
-        if self.ipv6_network is not None and self.ipv6_subnet is not None:
-            found.append((self.ipv6_network, self.ipv6_subnet.network.prefixlen))
-        return tuple(found)
+        return tuple((network, gateway.network.prefixlen) for network, gateway in
+                     ((self.network, self.subnet), (self.ipv6_network, self.ipv6_subnet))
+                     if network is not None and gateway is not None)
 
 
 def parse_subnet_env(text: str) -> SubnetEnv:
     """Parse KEY=VALUE lines; blank lines, comments and other keys are
-    ignored; FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET (dual-stack) are
-    read when both are there. Raises IncompleteSubnetEnv (a ValueError)
-    when an IPv4 variable is missing, ValueError on a bad value."""
+    ignored; each family's pair (FLANNEL_NETWORK and FLANNEL_SUBNET,
+    FLANNEL_IPV6_NETWORK and FLANNEL_IPV6_SUBNET) is read when both are
+    there. Raises IncompleteSubnetEnv (a ValueError) when the MTU, the
+    masquerade flag or every family's pair is missing, ValueError on a bad
+    value."""
     values: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -63,6 +77,9 @@ def parse_subnet_env(text: str) -> SubnetEnv:
             raise ValueError(f"line {number} is not KEY=VALUE: {line!r}")
         values[key.strip()] = _unquote(value.strip())
     missing = [key for key in REQUIRED if not values.get(key)]
+    ipv4, ipv6 = (tuple(values.get(key) for key in pair) for pair in (IPV4, IPV6))
+    if not all(ipv4) and not all(ipv6):
+        missing += [key for key in IPV4 if not values.get(key)]
     if missing:
         raise IncompleteSubnetEnv(f"subnet.env lacks {', '.join(missing)}")
     ipmasq = values["FLANNEL_IPMASQ"].lower()
@@ -74,10 +91,9 @@ def parse_subnet_env(text: str) -> SubnetEnv:
         raise ValueError(f"FLANNEL_MTU is not a number: {values['FLANNEL_MTU']!r}") from None
     if mtu <= 0:
         raise ValueError(f"FLANNEL_MTU is not positive: {mtu}")
-    ipv6 = values.get("FLANNEL_IPV6_NETWORK"), values.get("FLANNEL_IPV6_SUBNET")
     return SubnetEnv(
-        network=ipaddress.IPv4Network(values["FLANNEL_NETWORK"]),
-        subnet=ipaddress.IPv4Interface(values["FLANNEL_SUBNET"]),
+        network=ipaddress.IPv4Network(ipv4[0]) if all(ipv4) else None,
+        subnet=ipaddress.IPv4Interface(ipv4[1]) if all(ipv4) else None,
         mtu=mtu,
         ipmasq=ipmasq == "true",
         ipv6_network=ipaddress.IPv6Network(ipv6[0]) if all(ipv6) else None,

@@ -127,7 +127,7 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         return report
     if not ctx.systemd.is_active(SERVICE_NAME):
         report.own_problems.append("flanneld is not running here (journalctl -u flannel)")
-    own = str(lease.subnet.network)
+    own = str(lease.primary.network)
     try:
         found = known_leases(ctx)
     except LeasesUnreadable as error:
@@ -327,7 +327,7 @@ def list_leases(ctx: HookContext, *, timeout: float) -> list[LeaseRow]:
     found = known_leases(ctx)
     lifetimes = found.lifetimes
     lease = ctx.lease()
-    own = str(lease.subnet.network) if lease else None
+    own = str(lease.primary.network) if lease else None
     can_ping = ctx.machine.has("ping")
 
     asker = Asker(ctx, timeout)

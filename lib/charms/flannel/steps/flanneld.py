@@ -322,7 +322,7 @@ def keep_subnet_for_new_address(ctx: HookContext, old_iface: Optional[str], new_
     etcd = ctx.juju.etcd()
     if lease is None or etcd is None:
         return
-    subnet = str(lease.subnet.network)
+    subnet = str(lease.primary.network)
     mine = {str(a.ip) for link in ctx.links for a in link.addresses}
     try:
         with ctx.etcd_store(etcd.connection_string, timeout=3.0) as store:

@@ -144,7 +144,7 @@ def on_kubernetes(ctx: HookContext, network: NetworkConfig, out: Outcome,
     if node is None:
         return out.found(Problem.KUBE, "Waiting for kubelet to register this machine as a "
                                        "Node (none has its addresses)")
-    advice = allocation_advice(network.subnet_len,
+    advice = allocation_advice(network.subnet_len if network.network else None,
                                network.ipv6_subnet_len if network.ipv6_network else None)
     out.found(Problem.KUBE, None).found(
         Problem.POD_CIDR, pod_cidr_problem(node, network.pod_networks, advice))
@@ -214,7 +214,7 @@ def forget_lease(ctx: HookContext, out: Outcome) -> None:
     lease, endpoints = ctx.lease(), ctx.remembered_etcd
     if lease is None or endpoints is None:
         return
-    subnet = str(lease.subnet.network)
+    subnet = str(lease.primary.network)
     with ctx.etcd_store(endpoints, timeout=3.0) as store:
         if store.give_lease_back(subnet, held_by=ctx.machine_addresses()):
             out.say(f"Deleted this node's lease of {subnet} from etcd")
@@ -254,7 +254,8 @@ def interface_problems(ctx: HookContext, options: NetworkOptions) -> dict:
     A flanneld started on a missing, down or address-less interface fails
     or carries nothing, and vxlan packets bigger than the interface are
     fragmented or dropped."""
-    unfit = host_network.iface_problem(options.iface, ctx.links) if options.iface else None
+    unfit = host_network.iface_problem(options.iface, ctx.links, ipv4=options.cidr is not None) \
+        if options.iface else None
     too_big = no_ipv6 = None
     if not unfit and options.mtu:
         too_big = host_network.mtu_problem(options.mtu, ctx.flanneld_link(options))

@@ -146,7 +146,7 @@ def release_lease_for_backend_change(ctx: HookContext, out: Outcome) -> Optional
     lease, endpoints = ctx.lease(), ctx.remembered_etcd
     if lease is None or endpoints is None:
         return None
-    subnet = str(lease.subnet.network)
+    subnet = str(lease.primary.network)
     try:
         with ctx.etcd_store(endpoints, timeout=3.0) as store:
             released = store.give_lease_back(subnet)
