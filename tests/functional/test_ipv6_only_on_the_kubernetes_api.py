@@ -10,7 +10,9 @@ on the Kubernetes API each Node's IPv6 pod CIDR is its lease. What a user
 checks: every pod has one IPv6 address, in its Node's pod CIDR; pods on the
 two nodes ping each other; a Service answers a pod on the other node; the
 units are active naming their IPv6 subnet and hold no etcd key; check-network
-probes the other node over IPv6.
+probes the other node over IPv6; the bug report's remove/add on m1 leaves
+nothing of flannel on the node and its Node, and the pods reach each other
+again after add-relation.
 
 Its own cluster (a control plane and one worker): the shared one in
 test_kubernetes_sees_the_overlay.py is dual-stack, and a Node's pod CIDRs
@@ -100,3 +102,18 @@ def test_ipv6_only_pods_reach_each_other_and_a_service(cluster):
     assert listed.ok, listed.message
     rows = {row["unit"]: row["subnet"] for row in listed.results["leases"].values()}
     assert rows == {m: k8s.get("node", m)["spec"]["podCIDRs"][0] for m in NODES}, rows
+
+    # the bug report's cycle, IPv6-only: m1 left as flannel found it
+    m1 = cluster.machines["m1"]
+    assert set(cluster.vxlan_links("m1")) == {"flannel-v6.1"}
+    assert "FLANNEL" in m1.run(["ip6tables-save"]).stdout   # flanneld's masquerade
+    cluster.remove_cni_relation()
+    annotations = k8s.get("node", "m1")["metadata"].get("annotations", {})
+    assert not [key for key in annotations if key.startswith("flannel.alpha.coreos.com/")]
+    assert cluster.vxlan_links("m1") == {}
+    assert "FLANNEL" not in m1.run(["ip6tables-save"]).stdout
+    assert not m1.exists("/etc/flannel") and not m1.exists("/run/flannel/subnet.env")
+    cluster.add_cni_relation()
+    cluster.wait_for_flannel(timeout=120)
+    k8s.wait_for("the pods reaching each other again", lambda: pings(
+        k8s, "client", pod_ip(k8s, "web", 6)), 60)
