@@ -19,6 +19,7 @@ default in 3.4), as the etcd charm of 2020 did for flannel v0.11.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ipaddress
 import json
 import os
@@ -53,10 +54,21 @@ with urllib.request.urlopen(url, context=context, timeout=float(timeout)) as rep
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on at the moment (the OS picks it)."""
+    return free_ports(host, 1)[0]
+
+
+def free_ports(host: str = "127.0.0.1", count: int = 1) -> list[int]:
+    """`count` distinct TCP ports nothing listens on at the moment: every
+    probe stays bound until all are picked (one at a time, the OS may hand
+    the same port out twice: a cluster's members once got one peer port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    with contextlib.ExitStack() as probes:
+        ports = []
+        for _ in range(count):
+            probe = probes.enter_context(socket.socket(family, socket.SOCK_STREAM))
+            probe.bind((host, 0))
+            ports.append(int(probe.getsockname()[1]))
+        return ports
 
 
 def etcd_version(binary: str = ETCD) -> str:
@@ -72,7 +84,8 @@ def etcd_version(binary: str = ETCD) -> str:
 class EtcdServer:
     def __init__(self, workdir: str | os.PathLike[str], pki: Pki, host: str = "127.0.0.1",
                  port: int | None = None, netns: str | None = None, name: str = "sandbox",
-                 initial_cluster: str | None = None, enable_v2: bool = False) -> None:
+                 initial_cluster: str | None = None, enable_v2: bool = False,
+                 peer_port: int | None = None) -> None:
         """initial_cluster: "name=peer-url,..." of every member of a new
         cluster (EtcdCluster sets it); None, a cluster of this one member."""
         self.workdir = Path(workdir)
@@ -82,10 +95,13 @@ class EtcdServer:
         self.pki = pki
         self.host = host
         self.netns = netns
-        if port is None:
-            port = NETNS_CLIENT_PORT if netns else free_port(host)
+        if netns:
+            port, peer_port = port or NETNS_CLIENT_PORT, peer_port or NETNS_PEER_PORT
+        elif port is None or peer_port is None:
+            picked = free_ports(host, 2)
+            port, peer_port = port or picked[0], peer_port or picked[1]
         self.port = port
-        self.peer_port = NETNS_PEER_PORT if netns else free_port(host)
+        self.peer_port = peer_port
         self.data_dir = self.workdir / "data"
         self.log_file = self.workdir / "etcd.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -254,8 +270,12 @@ class EtcdCluster:
         workdir = Path(workdir)
         netns = netns or [None] * len(hosts)
         self.pki = pki
+        # members on one host need ports of their own, all distinct
+        ports = iter(free_ports(hosts[0], 2 * len(hosts)) if None in netns else ())
         self.members = [EtcdServer(workdir / f"member{n}", pki, host=host, netns=ns,
-                                   name=f"member{n}")
+                                   name=f"member{n}",
+                                   port=None if ns else next(ports),
+                                   peer_port=None if ns else next(ports))
                         for n, (host, ns) in enumerate(zip(hosts, netns))]
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         for member in self.members:
