@@ -236,7 +236,7 @@ class Kubernetes:
         addresses = node_addresses(self.machine_of(ctx))
         # the API server advertises an address of the Services' first family
         # (the `kubernetes` Service's endpoint must be of its family)
-        address = addresses[-1] if _family(service_cidr) == 6 else addresses[0]
+        address = addresses[-1] if _families(service_cidr)[0] == 6 else addresses[0]
         self.api_address = address
         files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644),
                  f"{PKI}/ca.key": (self.pki.ca_key.read_bytes(), 0o600),
@@ -333,7 +333,7 @@ class Kubernetes:
             return []
         machine = self.machine_of(ctx)
         node, addresses = machine.name, node_addresses(machine)
-        if cluster_cidr and _family(cluster_cidr, only=True) == 6:
+        if cluster_cidr and set(_families(cluster_cidr)) == {6}:
             # an IPv6-only cluster: kubelet's and kube-proxy's node IP is IPv6
             # (kube-control's binding addresses of an IPv6 space)
             addresses = [a for a in addresses if ":" in a]
@@ -561,12 +561,9 @@ def stop_components(machine) -> None:
         machine.systemctl("stop", *units)
 
 
-def _family(cidrs: str, only: bool = False):
-    """The IP version of the first range of "v4" or "v4,v6" (with `only`:
-    of every range, None when they differ)."""
-    versions = {ipaddress.ip_network(c.strip()).version for c in cidrs.split(",")}
-    first = ipaddress.ip_network(cidrs.split(",")[0].strip()).version
-    return (first if len(versions) == 1 else None) if only else first
+def _families(cidrs: str) -> list[int]:
+    """The IP version of each range of "v4" or "v4,v6", in order."""
+    return [ipaddress.ip_network(c.strip()).version for c in cidrs.split(",")]
 
 
 def _first_hosts(cidrs: str) -> list[str]:
