@@ -137,8 +137,9 @@ def remove_nrpe_check():
 
 
 @hook("cos-agent-relation-joined", "cos-agent-relation-changed", "upgrade-charm")
-def publish_to_cos_agent():
-    # the rules and dashboard are the charm's files: new ones come with a refresh
+def publish_to_cos_agent(cos_agent=None):
+    # the rules and dashboard are the charm's files: new ones come with a refresh.
+    # (In a relation hook charms.reactive hands a @hook handler the endpoint.)
     from charms.flannel.steps import cos_agent
     apply(cos_agent.run(context()))
 

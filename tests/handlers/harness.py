@@ -211,6 +211,11 @@ class Unit:
                "JUJU_MODEL_UUID": "1a2b3c4d-0000-4000-8000-000000000000",
                "JUJU_RELATION_ID": relation, "JUJU_REMOTE_UNIT": remote,
                "JUJU_AVAILABILITY_ZONE": "", "JUJU_VERSION": "3.6.0"}
+        if relation:
+            # the endpoint's name, as Juju sets it in a relation hook only
+            # (charms.reactive hands a relation hook's @hook handlers that endpoint)
+            env.update(JUJU_RELATION=relation.split(":")[0],
+                       JUJU_REMOTE_APP=remote.split("/")[0])
         with _hook_process(env, self), self._machine():
             from charms.reactive import main
             old_argv = sys.argv

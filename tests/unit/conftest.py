@@ -1,12 +1,8 @@
 """Unit-test fixtures: one real TLS etcd on 127.0.0.1 for the whole session."""
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -15,6 +11,7 @@ import pytest
 from charms.flannel.adapters.etcd import EtcdClientSettings
 from sandbox.etcd import EtcdServer
 from sandbox.pki import Pki, make_pki
+from unitkit import open_netns, wipe_flannel
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "templates"
@@ -91,33 +88,6 @@ class SilentMember(str):
             count += 1
 
 
-@contextlib.contextmanager
-def open_netns():
-    """A throwaway network namespace with lo up (root, unshare): gives
-    run(argv), which runs a command inside it and returns its stdout;
-    run.path is the namespace's /proc path (for nsenter or CNI_NETNS)."""
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("a network namespace needs root and unshare")
-    holder = subprocess.Popen(["unshare", "-n", "sleep", "600"])
-    path = f"/proc/{holder.pid}/ns/net"
-    for _ in range(500):   # unshare has made the namespace once its net ns differs
-        if os.path.exists(path) and os.readlink(path) != os.readlink("/proc/self/ns/net"):
-            break
-        time.sleep(0.01)
-
-    def run(argv, **kwargs):
-        return subprocess.run(["nsenter", f"--net={path}", *map(str, argv)], check=True,
-                              capture_output=True, text=True, timeout=60, **kwargs).stdout
-
-    run.path = path
-    try:
-        run(["ip", "link", "set", "lo", "up"])
-        yield run
-    finally:
-        holder.kill()
-        holder.wait()
-
-
 @pytest.fixture
 def netns():
     """open_netns() for one test."""
@@ -136,24 +106,6 @@ def netns_machine(netns):
     machine = Machine(runner=runner)
     machine.netns = netns
     return machine
-
-
-# --- etcd as a test looks behind the charm's back ----------------------------------
-
-def etcd_client(etcd):
-    """An etcd3gw client of the test's own (to put what flanneld would, and
-    to look at what the charm wrote)."""
-    import etcd3gw
-    return etcd3gw.Etcd3Client(host=etcd.host, port=etcd.port, protocol="https",
-                               timeout=5, session=etcd.session())
-
-
-def wipe_flannel(etcd, prefix: str = "/coreos.com/network") -> None:
-    """flannel's keys at `prefix` gone, v3 and v2."""
-    etcd_client(etcd).delete_prefix(prefix + "/")
-    with etcd.session() as session:
-        session.delete(f"{etcd.endpoint}/v2/keys{prefix}",
-                       params={"recursive": "true", "dir": "true"}, timeout=5)
 
 
 @pytest.fixture

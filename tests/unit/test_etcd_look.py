@@ -7,7 +7,7 @@ import json
 import socket
 
 import pytest
-from conftest import etcd_client
+from unitkit import etcd_client
 import stepkit
 
 from charms.flannel.adapters.credentials import write_client_credentials

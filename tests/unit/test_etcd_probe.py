@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import etcd_client
+from unitkit import etcd_client
 
 from charms.flannel.adapters.etcd import EtcdClientSettings, NetworkStore
 from charms.flannel.adapters.etcd_probe import lease_values, look

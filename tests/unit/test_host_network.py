@@ -14,7 +14,7 @@ import ipaddress
 import subprocess
 
 import pytest
-from conftest import open_netns
+from unitkit import open_netns
 
 from charms.flannel.adapters import links as machine_links
 from charms.flannel.adapters.machine import Machine

@@ -8,7 +8,7 @@ import socket
 import threading
 
 import pytest
-from conftest import etcd_client
+from unitkit import etcd_client
 import requests
 import stepkit
 

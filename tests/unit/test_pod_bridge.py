@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import open_netns
+from unitkit import open_netns
 
 from charms.flannel.adapters import node_files, pod_bridge
 from charms.flannel.adapters.machine import Machine

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import stepkit
-from conftest import open_netns
+from unitkit import open_netns
 
 from charms.flannel.adapters import probes
 from charms.flannel.facts.diagnosis import Echoes, Finding, Peer, Route, Verdict, diagnose

@@ -10,7 +10,7 @@ import time
 
 import etcd3gw
 import pytest
-from conftest import etcd_client, wipe_flannel
+from unitkit import etcd_client, wipe_flannel
 import stepkit
 
 from charms.flannel.adapters.credentials import write_client_credentials
