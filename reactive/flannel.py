@@ -16,10 +16,10 @@ from charms.reactive import (clear_flag, get_flags, hook, is_flag_set, set_flag,
 from charms.flannel.hook import apply, context
 # the steps every hook may run; those of a few hooks (adoption, cos_agent,
 # teardown) are imported by their handlers: an idle hook does not pay for them
-from charms.flannel.steps import (bridge, cni, etcd_look, flanneld, install, network, nrpe,
-                                  offload, status)
-from charms.flannel.steps.flags import (CNI_CONFIGURED, CNI_JOINED, ETCD_AVAILABLE, ETCD_TLS,
-                                        INSTALLED, LEASES_REACHABLE, NETWORK_CONFIGURED,
+from charms.flannel.steps import (bridge, cni, flanneld, install, network, nrpe, offload,
+                                  status, subnets, supervision)
+from charms.flannel.steps.flags import (CNI_CONFIGURED, CNI_JOINED, INSTALLED,
+                                        LEASES_REACHABLE, NETWORK_CONFIGURED,
                                         NRPE_AVAILABLE, NRPE_CONFIGURED, RECORD_DAMAGED,
                                         SERIES_UPGRADE, SERVICE_RUNNING, STOPPED)
 
@@ -40,10 +40,9 @@ def watch_inputs():
                                          damaged=RECORD_DAMAGED in flags))
     if STOPPED in flags:
         return
-    # where the leases are kept, etcd or the Kubernetes API, can be reached
+    # where the leases are kept (etcd, or the Kubernetes API) can be reached
     # (in every live hook: forget_network keys on it whatever else holds)
-    reachable = ctx.kubeconfig is not None if ctx.on_kubernetes else \
-        {ETCD_AVAILABLE, ETCD_TLS} <= flags
+    reachable = subnets.reachable(ctx)
     if reachable != (LEASES_REACHABLE in flags):
         (set_flag if reachable else clear_flag)(LEASES_REACHABLE)
     if checked.set_flags or SERIES_UPGRADE in flags:
@@ -80,12 +79,12 @@ def install_flannel():
 
 
 @hook("update-status")
-def look_at_etcd():
-    # what flanneld does not notice: etcd rebuilt, a lost lease, a missed route
-    flags, ctx = set(get_flags()), context()
-    if NETWORK_CONFIGURED in flags and not flags & {STOPPED, SERIES_UPGRADE, RECORD_DAMAGED} \
-            and not ctx.on_kubernetes:   # (flanneld watches the API itself)
-        apply(etcd_look.run(ctx, flanneld_started=SERVICE_RUNNING in flags))
+def supervise_flanneld():
+    # what flanneld does not notice: etcd rebuilt, a lost lease or Node, a
+    # missed route, a device gone
+    flags = set(get_flags())
+    if not flags & {STOPPED, SERIES_UPGRADE, RECORD_DAMAGED}:
+        apply(supervision.run(context(), flanneld_started=SERVICE_RUNNING in flags))
 
 
 @when(INSTALLED, LEASES_REACHABLE)
@@ -119,9 +118,7 @@ def configure_cni():
 def configure_cni_before_flanneld():
     # on the Kubernetes API the principal hears of the network first: its
     # kube-controller-manager allocates the pod CIDRs flanneld leases
-    ctx = context()
-    if ctx.on_kubernetes:
-        apply(cni.run(ctx))
+    apply(cni.run_before_flanneld(context()))
 
 
 @when(NRPE_AVAILABLE, INSTALLED)
@@ -190,8 +187,6 @@ def finish():
         apply(offload.run(ctx, flanneld_started=SERVICE_RUNNING in flags))
     seen = status.Seen(
         installed=INSTALLED in flags, series_upgrade=SERIES_UPGRADE in flags,
-        etcd_related=ctx.juju.etcd_related(), etcd_ready=ctx.juju.etcd() is not None,
-        leases_reachable=LEASES_REACHABLE in flags,
         network_configured=NETWORK_CONFIGURED in flags,
         service_started=SERVICE_RUNNING in flags, cni_configured=CNI_CONFIGURED in flags)
     shown = status.status(ctx, seen, lease)

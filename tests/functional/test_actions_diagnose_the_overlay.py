@@ -134,11 +134,11 @@ def test_debug_hands_over_a_tarball_without_the_client_key(cluster):
         files = {member.name.split("/", 1)[1]: tar.extractfile(member).read().decode()
                  for member in tar.getmembers()}
     assert {"subnet.env", "flannel.service", "journal.txt", "links.txt", "routes.txt",
-            "fdb-and-neighbours.txt", "iptables.txt", "offload.txt", "etcd.json",
+            "fdb-and-neighbours.txt", "iptables.txt", "offload.txt", "leases.json",
             "unit-state.json"} <= set(files)
     assert files["subnet.env"] == m1.read_file("/run/flannel/subnet.env").decode()
     assert "flannel.1" in files["links.txt"] and "FLANNEL-" in files["iptables.txt"]
-    assert lease_of(cluster, "m2") in files["etcd.json"]
+    assert lease_of(cluster, "m2") in files["leases.json"]
     key = m1.read_file("/etc/ssl/flannel/client-key.pem").decode()
     body = "".join(line for line in key.splitlines() if "-----" not in line)
     everything = "".join(files.values())

@@ -108,10 +108,19 @@ class FakeMachine(Machine):
             self.links[f"veth{n}"] = Link(f"veth{n}", master="cni0")
         self._listed("cni0", True)
 
+    def vxlan_device(self, name: str, mtu: int = 1450) -> None:
+        """A vxlan device as flanneld makes it (offload on)."""
+        self.links[name] = Link(name, kind="vxlan", mtu=mtu)
+        self.tx_checksum.pop(name, None)
+        self._listed(name, True)
+
     def _listed(self, name: str, there: bool) -> None:
         if self.sys_class_net is not None:
             entry = self.sys_class_net / name
-            entry.mkdir(parents=True, exist_ok=True) if there else entry.rmdir()
+            if there:
+                entry.mkdir(parents=True, exist_ok=True)
+            elif entry.exists():
+                entry.rmdir()
 
     def started(self, unit: str = "flannel") -> int:
         return sum(1 for call in self.calls if call[:3] == ["systemctl", "start", unit])

@@ -152,8 +152,26 @@ class Unit:
         def start():
             self.put_lease(str(ipaddress.ip_interface(subnet).network), "172.31.254.11")
             self.lease(subnet)
+            self.flanneld_makes_its_devices()
             then()
         self.machine.on_start = start
+
+    def flanneld_makes_its_devices(self) -> None:
+        """flanneld's vxlan devices, as it makes them at start for the network
+        it reads (etcd's config, or net-conf.json on the Kubernetes API)."""
+        if self.paths.net_conf.exists():
+            text = self.paths.net_conf.read_text()
+        else:
+            text = self.etcd_values().get(f"{NETWORK}/config")
+        config = json.loads(text) if text else {}
+        backend = config.get("Backend") or {}
+        if backend.get("Type") != "vxlan":
+            return
+        vni = backend.get("VNI", 1)
+        if config.get("EnableIPv4", True):
+            self.machine.vxlan_device(f"flannel.{vni}")
+        if config.get("EnableIPv6"):
+            self.machine.vxlan_device(f"flannel-v6.{vni}", mtu=1430)
 
     # --- etcd, as a test looks at it --------------------------------------------------------
     def etcd(self):

@@ -7,8 +7,9 @@ import ipaddress
 import pytest
 
 from charms.flannel.adapters.kube_api import read_kubeconfig
-from charms.flannel.facts.kube_nodes import (KubeUnavailable, Node, allocation_advice,
-                                             lease_of, node_of, pod_cidr_problem)
+from charms.flannel.facts.kube_nodes import (AmbiguousNode, KubeRefused, KubeUnavailable, Node,
+                                             allocation_advice, lease_of, node_of,
+                                             pod_cidr_problem)
 
 PREFIX = "flannel.alpha.coreos.com/"
 
@@ -27,6 +28,22 @@ def test_this_machine_s_node_is_the_one_with_one_of_its_addresses():
     assert node_of(nodes, ["10.9.9.9", "fd00:0:0::12"]).name == "m1"
     assert node_of(nodes, ["10.0.0.4"]).name == "ip-10-0-0-4.ec2.internal"
     assert node_of(nodes, ["10.0.0.5"]) is None
+
+
+def test_of_two_nodes_with_this_machine_s_address_the_one_kubelet_registered_is_this_one():
+    """A stale Node of a replaced machine whose address was reused: the first
+    listed won, and flanneld leased and annotated the wrong Node."""
+    stale = Node.from_api(api_node("old-m1", ["172.31.254.12"], ["10.1.9.0/24"]))
+    mine = Node.from_api(api_node("m1", ["172.31.254.12"], ["10.1.1.0/24"]))
+    assert node_of([stale, mine], ["172.31.254.12"], hostname="m1").name == "m1"
+    assert node_of([stale, mine], ["172.31.254.12"], hostname="M1.maas").name == "m1"
+    # the Node this machine was found to be before, while it is there
+    assert node_of([stale, mine], ["172.31.254.12"], name="m1").name == "m1"
+    with pytest.raises(AmbiguousNode) as ambiguous:
+        node_of([stale, mine], ["172.31.254.12"], hostname="juju-1234-7")
+    assert str(ambiguous.value) == (
+        "Nodes old-m1 and m1 both have this machine's address 172.31.254.12 and neither is "
+        "named juju-1234-7: delete the stale one (kubectl delete node NAME)")
 
 
 def test_a_node_s_pod_cidrs_come_from_spec_pod_cidrs_or_the_older_pod_cidr():
@@ -121,6 +138,20 @@ def test_a_node_without_a_pod_cidr_of_a_family_flannel_serves_says_how_to_get_on
                             ADVICE) is None
 
 
+def test_a_dual_stack_node_under_ipv6_only_flannel_is_leased_its_ipv6_pod_cidr():
+    """Such Nodes exist after a switch from dual-stack (a Node keeps its pod
+    CIDRs): flanneld with EnableIPv4 false leases the IPv6 one and runs."""
+    node = Node.from_api(api_node("m1", ["fd00::12"], ["10.1.1.0/24", "fd10:1:0:1::/64"]))
+    assert pod_cidr_problem(node, NETWORKS[1:], allocation_advice(None, 64)) is None
+    annotated = Node.from_api(api_node("m1", ["fd00::12"], ["10.1.1.0/24", "fd10:1:0:1::/64"], {
+        PREFIX + "kube-subnet-manager": "true", PREFIX + "backend-type": "vxlan",
+        PREFIX + "backend-v6-data": '{"VNI":1,"VtepMAC":"c2:d3:ec:43:70:af"}',
+        PREFIX + "public-ipv6": "fd00::12"}))
+    lease = lease_of(annotated)
+    assert (lease.subnet, lease.ipv6_subnet, lease.public_ip) == (
+        "fd10:1:0:1::/64", None, "fd00::12")
+
+
 def test_pod_cidrs_inside_flannel_s_networks_are_leased_as_they_are():
     node = Node.from_api(api_node("m1", [], ["10.1.7.0/24", "fd10:1:0:7::/64"]))
     assert pod_cidr_problem(node, NETWORKS, ADVICE) is None
@@ -167,34 +198,93 @@ current-context: x
                                                                    b"KEY")
 
 
+def kubeconfig(cluster: str = "{server: 'https://10.0.0.2'}", user: str = "{token: t}",
+               current: str = "current-context: x\n") -> str:
+    return (f"clusters: [{{name: k, cluster: {cluster}}}]\n"
+            f"users: [{{name: u, user: {user}}}]\n"
+            f"contexts: [{{name: x, context: {{cluster: k, user: u}}}}]\n{current}")
+
+
 @pytest.mark.parametrize("text, reason", [
-    ("{", "the kubeconfig cannot be read"),
-    ("clusters: []", "the kubeconfig cannot be read"),
-    ("""clusters: [{name: k, cluster: {server: 'http://10.0.0.2:8080'}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: k, user: u}}]""",
-     "the kubeconfig's server 'http://10.0.0.2:8080' is not an https address"),
-    ("""clusters: [{name: k, cluster: {server: 'https://10.0.0.2'}}]
-users: [{name: u, user: {}}]
-contexts: [{name: x, context: {cluster: k, user: u}}]""",
-     "the kubeconfig gives neither a token nor a client certificate"),
-    ("""clusters: [{name: k, cluster: 'https://10.0.0.2'}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: k, user: u}}]""",
-     "the kubeconfig cannot be read (no cluster mapping in 'k')"),
-    ("""clusters: [{name: k, cluster: {server: 'https://10.0.0.2'}}]
-users: [{name: u, user: [t]}]
-contexts: [{name: x, context: {cluster: k, user: u}}]""",
-     "the kubeconfig cannot be read (no user mapping in 'u')"),
-    ("""clusters: [{name: k, cluster: {server: 'https://10.0.0.2:api'}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: k, user: u}}]""",
-     "the kubeconfig's server 'https://10.0.0.2:api' is not an https address"),
+    ("{", "the kubeconfig cannot be read (not YAML"),
+    ("clusters: []", "the kubeconfig has no current-context"),
+    # client-go takes no first context: "no configuration has been provided"
+    (kubeconfig(current=""), "the kubeconfig has no current-context"),
+    (kubeconfig(current="current-context: y\n"), "the kubeconfig has no context named 'y'"),
+    (kubeconfig(cluster="{server: 'http://10.0.0.2:8080'}"),
+     "the kubeconfig's clusters[].cluster.server 'http://10.0.0.2:8080' is not an https "
+     "address"),
+    (kubeconfig(cluster="{server: '10.0.0.2:6443'}"),
+     "the kubeconfig's clusters[].cluster.server '10.0.0.2:6443' is not an https address"),
+    (kubeconfig(cluster="{server: 'https://10.0.0.2:api'}"),
+     "the kubeconfig's clusters[].cluster.server 'https://10.0.0.2:api' is not an https"),
+    # (a broken IPv6 literal: an UnboundLocalError escaped into every hook)
+    (kubeconfig(cluster="{server: 'https://[fd00::1:6443'}"),
+     "the kubeconfig's clusters[].cluster.server 'https://[fd00::1:6443' is not an https"),
+    (kubeconfig(user="{}"), "the kubeconfig gives neither a token nor a client certificate"),
+    (kubeconfig(cluster="'https://10.0.0.2'"), "the kubeconfig's cluster 'k' is not a mapping"),
+    (kubeconfig(user="[t]"), "the kubeconfig's user 'u' is not a mapping"),
+    (kubeconfig(user="{exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}}"),
+     "the kubeconfig's users[].user.exec cannot be used: a credential plugin cannot run"),
+    (kubeconfig(user="{auth-provider: {name: oidc}}"),
+     "the kubeconfig's users[].user.auth-provider cannot be used"),
+    (kubeconfig(user="{username: admin, password: secret}"),
+     "the kubeconfig's users[].user.username is not supported"),
+    (kubeconfig(user="{client-certificate-data: Q0VSVA==}"),
+     "the kubeconfig's users[].user has a client-certificate without its client-key"),
+    (kubeconfig(cluster="{server: 'https://10.0.0.2', certificate-authority-data: Q0E=, "
+                        "insecure-skip-tls-verify: true}"),
+     "the kubeconfig sets clusters[].cluster.insecure-skip-tls-verify and a "
+     "certificate-authority"),
+    (kubeconfig(cluster="{server: 'https://10.0.0.2', certificate-authority-data: Q0E=, "
+                        "certificate-authority: /ca.pem}"),
+     "the kubeconfig gives both clusters[].cluster.certificate-authority and "
+     "certificate-authority-data"),
+    (kubeconfig(cluster="{server: 'https://10.0.0.2', proxy-url: 'http://proxy:3128'}"),
+     "the kubeconfig's clusters[].cluster.proxy-url is not supported"),
+    (kubeconfig(user="{tokenFile: /nonexistent/token}"),
+     "the kubeconfig's users[].user.tokenFile cannot be read (No such file or directory"),
+    # (a YAML timestamp out of range: a ValueError escaped into every hook)
+    ("current-context: 2024-13-45\n", "the kubeconfig cannot be read (ValueError)"),
 ])
 def test_a_kubeconfig_the_charm_cannot_use_says_why(text, reason):
-    with pytest.raises(KubeUnavailable) as error:
+    with pytest.raises(KubeRefused) as error:
         read_kubeconfig(text)
-    assert error.value.reason.startswith(reason)
+    assert error.value.reason.startswith(reason), error.value.reason
+
+
+def test_a_kubeconfig_is_read_as_flanneld_s_client_go_reads_it(tmp_path):
+    """Relative paths from the kubeconfig's directory, tokenFile preferred to
+    token (and stripped), the server's path kept for every request, an
+    IPv6 server, tls-server-name, insecure-skip-tls-verify."""
+    (tmp_path / "pki").mkdir()
+    (tmp_path / "pki" / "ca.pem").write_bytes(b"CA")
+    (tmp_path / "token").write_text("file-token\n")
+    access = read_kubeconfig(kubeconfig(
+        cluster="{server: 'https://[fd00::2]:6443/k8s/clusters/c-xyz/', "
+                "certificate-authority: pki/ca.pem, tls-server-name: kubernetes}",
+        user="{token: inline, tokenFile: token}"), str(tmp_path))
+    assert (access.host, access.port, access.path_prefix, access.ca, access.token,
+            access.server_name, access.verify) == (
+        "fd00::2", 6443, "/k8s/clusters/c-xyz", b"CA", "file-token", "kubernetes", True)
+    assert access.server == "[fd00::2]:6443/k8s/clusters/c-xyz"
+    insecure = read_kubeconfig(kubeconfig(
+        cluster="{server: 'https://10.0.0.2', insecure-skip-tls-verify: true}"))
+    assert (insecure.verify, insecure.ca, insecure.port) == (False, None, 443)
+
+
+@pytest.mark.parametrize("text", [
+    "", "[]", "42", "current-context: [a, b]\n", "contexts: {a: b}\ncurrent-context: a\n",
+    "contexts: [1, 2]\ncurrent-context: a\n", "!!python/object:os.system {}",
+    "contexts: [{name: a, context: [x]}]\ncurrent-context: a\n",
+    "clusters: [{name: k, cluster: {server: !!binary AAAA}}]\n" + "current-context: x\n",
+    "\x00\xff", "users: &a [*a]\n",
+])
+def test_whatever_a_kubeconfig_holds_reading_it_raises_only_a_reason(text):
+    """Every hook reads it (config-changed, update-status, stop): nothing in
+    it may end a hook with a traceback."""
+    with pytest.raises(KubeRefused):
+        read_kubeconfig(text)
 
 
 def test_a_kubeconfig_that_is_not_yaml_is_named_without_quoting_it():
@@ -214,6 +304,7 @@ def test_a_kubeconfig_whose_certificates_do_not_load_says_why(tmp_path):
 clusters: [{{name: k, cluster: {{server: 'https://10.0.0.2', certificate-authority-data: {ca}}}}}]
 users: [{{name: u, user: {{token: t}}}}]
 contexts: [{{name: x, context: {{cluster: k, user: u}}}}]
+current-context: x
 """
     with pytest.raises(KubeUnavailable) as error:
         KubeApi(read_kubeconfig(text))
@@ -221,4 +312,5 @@ contexts: [{{name: x, context: {{cluster: k, user: u}}}}]
                                          "loaded")
     with pytest.raises(KubeUnavailable) as error:
         read_kubeconfig(text.replace(ca, "abc"))   # (not base64: bad padding)
-    assert error.value.reason.startswith("the kubeconfig's certificates cannot be read")
+    assert error.value.reason.startswith(
+        "the kubeconfig's clusters[].cluster.certificate-authority-data is not base64")

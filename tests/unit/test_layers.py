@@ -47,7 +47,7 @@ def imports(path: Path):
 
 
 def modules(layer: str):
-    return sorted((LIB / layer).glob("*.py"))
+    return sorted((LIB / layer).rglob("*.py"))
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
@@ -60,6 +60,48 @@ def test_each_layer_imports_only_the_layers_below_it(layer):
                 if used not in ALLOWED[layer] and used != "__init__":
                     wrong.append(f"{path.relative_to(LIB)} imports {name}")
     assert not wrong, wrong
+
+
+# where the mode flanneld keeps its leases in is named: the two
+# implementations behind steps/subnets' seam, its choice, the option's parsing
+NAMING_A_MODE = {"facts/options.py", "steps/subnets/__init__.py", "steps/subnets/etcd.py",
+                 "steps/subnets/kube.py"}
+MODE_NAMES = {"ETCD", "KUBERNETES", "SUBNET_MANAGERS"}
+MODE_VALUES = {"etcd", "kubernetes"}
+
+
+def names_a_mode(path: Path) -> list[str]:
+    """Where a file names a subnet manager: its constants, or a comparison
+    with a mode's name ("kubernetes")."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name) and node.id in MODE_NAMES and isinstance(node.ctx, ast.Load):
+            found.append(f"{node.id} at line {node.lineno}")
+        elif isinstance(node, ast.alias) and node.name in MODE_NAMES:
+            found.append(f"imports {node.name}")
+        elif isinstance(node, ast.Compare):
+            values = [part.value for part in [node.left, *node.comparators]
+                      if isinstance(part, ast.Constant)]
+            found += [f"compares with {value!r} at line {node.lineno}" for value in values
+                      if value in MODE_VALUES]
+        elif isinstance(node, ast.Attribute) and node.attr in ("on_kubernetes", "on_etcd"):
+            found.append(f".{node.attr} at line {node.lineno}")
+    return found
+
+
+def test_outside_the_subnet_managers_nothing_asks_which_mode_is_on():
+    """flanneld's pkg/subnet has one Manager interface and an implementation
+    per mode: so has the charm (steps/subnets). A branch on the mode
+    elsewhere is how a mode's problems showed in the other, or a check
+    only one mode made."""
+    wrong = {}
+    for path in [*sorted(LIB.rglob("*.py")), ROOT / "reactive" / "flannel.py"]:
+        name = str(path.relative_to(LIB)) if LIB in path.parents else "reactive/flannel.py"
+        found = names_a_mode(path)
+        if found and name not in NAMING_A_MODE:
+            wrong[name] = found
+    assert not wrong, wrong
+    assert all(names_a_mode(LIB / name) for name in NAMING_A_MODE)
 
 
 def test_facts_touch_nothing_of_the_world():
@@ -114,8 +156,9 @@ sys.path[:0] = [{lib!r}]
 import charmhelpers.osplatform
 charmhelpers.osplatform.get_platform = lambda: "ubuntu"
 import charms.flannel.hook
-from charms.flannel.steps import (adoption, bridge, cni, etcd_look, flanneld, install,
-                                  network, nrpe, status, teardown)
+from charms.flannel.steps import (adoption, bridge, cni, flanneld, install, network, nrpe,
+                                  status, subnets, supervision, teardown)
+from charms.flannel.steps.subnets import etcd, kube
 print(sorted(m for m in {heavy!r} if m in sys.modules))
 """
 

@@ -21,10 +21,11 @@ from charms.flannel.facts.status import Problem
 from charms.flannel.steps import network as network_step
 from charms.flannel.steps.context import EtcdRelation
 from charms.flannel.steps.flags import NETWORK_CONFIGURED, SERVICE_RUNNING
-from charms.flannel.steps.network import (check_backend_change, ensure_network_config,
-                                          shared_service_cidr, write_network)
+from charms.flannel.facts.cluster_rules import backend_change_problem
 from charms.flannel.steps.outcome import Outcome
-from charms.flannel.steps.teardown import release_lease_for_backend_change
+from charms.flannel.steps.subnets.etcd import (EtcdSubnets, ensure_network_config,
+                                               shared_service_cidr)
+from charms.flannel.steps.teardown import backend_change_waits
 
 
 def options(**changes):
@@ -39,6 +40,13 @@ def network(**changes) -> NetworkConfig:
 def stored(value: dict) -> NetworkConfig:
     """A network config as flanneld reads it from etcd."""
     return NetworkConfig.from_json(value)
+
+
+def ensure(store, config: NetworkConfig, service_cidr=None) -> bool:
+    """What the network step has etcd do: hold `config`, under the rules
+    every mode keeps (steps/network.py refusal)."""
+    return ensure_network_config(store, config, lambda cluster: network_step.refusal(
+        config, cluster), service_cidr)
 
 
 # -- the network config the options ask for ---------------------------------------
@@ -104,39 +112,41 @@ def test_an_unusable_connection_string_is_a_reason_to_wait(value, text):
     assert text in caught.value.reason
 
 
-# -- check_backend_change ---------------------------------------------------
+# -- a backend change under leases -------------------------------------------
 
 VXLAN = stored({"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan", "VNI": 1}})
 HOST_GW = stored({"Network": "10.1.0.0/16", "Backend": {"Type": "host-gw"}})
 
 
 def test_changing_backend_under_live_leases_is_refused_with_a_clear_reason():
-    with pytest.raises(InvalidOption) as caught:
-        check_backend_change(VXLAN, HOST_GW, live_leases=3)
-    assert caught.value.option == "backend"
-    assert str(caught.value) == (
+    refused = backend_change_problem(HOST_GW, {"vxlan": 3})
+    assert refused.option == "backend"
+    assert str(refused) == (
         "Invalid backend: cannot change from vxlan to host-gw while 3 nodes hold leases; "
         "set backend back to vxlan, or remove flannel from every node "
         "(each unit releases its lease as it stops) and add it back")
 
 
 def test_one_lease_is_named_in_the_singular():
-    with pytest.raises(InvalidOption, match="while 1 node holds a lease;"):
-        check_backend_change(HOST_GW, VXLAN, live_leases=1)
+    assert "while 1 node holds a lease;" in str(backend_change_problem(VXLAN, {"host-gw": 1}))
 
 
-@pytest.mark.parametrize("current, wanted, leases", [
-    (VXLAN, HOST_GW, 0),                                        # no node runs: switching is safe
-    (VXLAN, stored({**VXLAN.to_json(), "SubnetLen": 26}), 4),   # same backend
+@pytest.mark.parametrize("wanted, backends", [
+    (HOST_GW, {"vxlan": 0}),                                   # no node runs: switching is safe
+    (stored({**VXLAN.to_json(), "SubnetLen": 26}), {"vxlan": 4}),   # same backend
 ])
-def test_other_changes_are_allowed(current, wanted, leases):
-    check_backend_change(current, wanted, leases)
+def test_other_changes_are_allowed(wanted, backends):
+    assert backend_change_problem(wanted, backends) is None
 
 
-def test_a_stored_config_without_backend_is_flanneld_s_udp_and_not_switched_under_leases():
+def test_a_stored_config_without_backend_is_flanneld_s_udp_and_not_switched_under_leases(
+        etcd, settings, prefix):
     """flanneld v0.27.4 runs its udp backend on a config with no Backend."""
-    with pytest.raises(InvalidOption, match="from udp to vxlan"):
-        check_backend_change(stored({"Network": "10.1.0.0/16"}), VXLAN, 2)
+    with NetworkStore(settings, prefix) as store:
+        store.swap_config(None, stored({"Network": "10.1.0.0/16"}))
+        etcd_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
+        with pytest.raises(InvalidOption, match="from udp to vxlan"):
+            ensure(store, VXLAN)
 
 
 # -- NetworkStore against the real etcd --------------------------------------
@@ -151,7 +161,7 @@ def test_a_fresh_prefix_has_no_config_and_no_leases(settings, prefix):
 def test_the_config_is_stored_as_flannels_json_at_prefix_config(etcd, settings, prefix):
     config = network(port=4789)
     with NetworkStore(settings, prefix) as store:
-        assert ensure_network_config(store, config) is True
+        assert ensure(store, config) is True
         assert store.read_config()[0] == config
     value = etcd_client(etcd).get(f"{prefix}/config")
     assert json.loads(value[0]) == {"Network": "10.1.0.0/16", "SubnetLen": 24,
@@ -173,22 +183,22 @@ def test_swap_config_writes_only_over_the_value_it_was_read_as(etcd, settings, p
 
 def test_writing_the_same_config_again_reports_no_change(etcd, settings, prefix):
     store = NetworkStore(settings, prefix)
-    assert ensure_network_config(store, network()) is True
+    assert ensure(store, network()) is True
     revision = etcd_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
-    assert ensure_network_config(store, network()) is False
+    assert ensure(store, network()) is False
     after = etcd_client(etcd).get(f"{prefix}/config", metadata=True)[0][1]["mod_revision"]
     assert after == revision  # not even rewritten
 
 
 def test_equal_json_with_other_formatting_counts_as_unchanged(etcd, settings, prefix):
     etcd_client(etcd).put(f"{prefix}/config", json.dumps(network().to_json(), indent=4))
-    assert ensure_network_config(NetworkStore(settings, prefix), network()) is False
+    assert ensure(NetworkStore(settings, prefix), network()) is False
 
 
 def test_a_different_config_is_written_and_reported(settings, prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, network())
-    assert ensure_network_config(store, network(cidr="10.2.0.0/16")) is True
+    ensure(store, network())
+    assert ensure(store, network(cidr="10.2.0.0/16")) is True
     assert str(store.read_config()[0].network) == "10.2.0.0/16"
 
 
@@ -196,13 +206,13 @@ def test_garbage_at_config_reads_as_none_and_is_overwritten(etcd, settings, pref
     etcd_client(etcd).put(f"{prefix}/config", "not json")
     store = NetworkStore(settings, prefix)
     assert store.read_config() == (None, b"not json")
-    assert ensure_network_config(store, network()) is True
+    assert ensure(store, network()) is True
     assert store.read_config()[0] == network()
 
 
 def test_prefix_slashes_are_normalised(settings, prefix):
     config = stored({"Network": "10.1.0.0/16"})
-    ensure_network_config(NetworkStore(settings, prefix + "/"), config)
+    ensure(NetworkStore(settings, prefix + "/"), config)
     assert NetworkStore(settings, prefix.lstrip("/")).read_config()[0] == config
 
 
@@ -285,7 +295,7 @@ def test_the_last_node_out_of_etcd_mode_forgets_the_network_only_with_no_lease_l
     only while no lease exists (a node leasing meanwhile runs on it)."""
     client = etcd_client(etcd)
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, network())
+    ensure(store, network())
     store.record_service_cidr("10.152.183.0/24")
     client.put(f"{prefix}/subnets/10.1.52.0-24&fd10:1:0:5::-64", "{}")
     client.put(f"{prefix}-other/subnets/10.1.9.0-24", "{}")   # another prefix's
@@ -301,46 +311,46 @@ def test_the_last_node_out_of_etcd_mode_forgets_the_network_only_with_no_lease_l
 def test_a_backend_change_goes_through_once_every_node_released_its_lease(etcd, settings,
                                                                           prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, network())
+    ensure(store, network())
     etcd_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
     with pytest.raises(InvalidOption):
-        ensure_network_config(store, network(backend="host-gw"))
+        ensure(store, network(backend="host-gw"))
     store.release_lease(store.leases())
-    assert ensure_network_config(store, network(backend="host-gw")) is True
+    assert ensure(store, network(backend="host-gw")) is True
 
 
 # -- ensure_network_config: what the network step calls ----------------------------
 
 def test_ensure_writes_the_options_once(settings, prefix):
     store = NetworkStore(settings, prefix)
-    assert ensure_network_config(store, network(vni=9)) is True
+    assert ensure(store, network(vni=9)) is True
     assert store.read_config()[0] == network(vni=9)
-    assert ensure_network_config(store, network(vni=9)) is False
+    assert ensure(store, network(vni=9)) is False
 
 
 def test_ensure_refuses_a_backend_change_while_nodes_hold_leases(etcd, settings, prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, network())
+    ensure(store, network())
     etcd_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
     etcd_client(etcd).put(f"{prefix}/subnets/10.1.53.0-24", "{}")
     with pytest.raises(InvalidOption) as caught:
-        ensure_network_config(store, network(backend="host-gw"))
+        ensure(store, network(backend="host-gw"))
     assert "cannot change from vxlan to host-gw while 2 nodes hold leases" in str(caught.value)
     assert store.read_config()[0] == network()  # left as it was
 
 
 def test_ensure_changes_the_backend_once_no_node_holds_a_lease(settings, prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, network())
-    assert ensure_network_config(store, network(backend="host-gw")) is True
+    ensure(store, network())
+    assert ensure(store, network(backend="host-gw")) is True
     assert store.read_config()[0].to_json()["Backend"] == {"Type": "host-gw"}
 
 
 def test_ensure_changes_the_cidr_under_live_leases(etcd, settings, prefix):
     store = NetworkStore(settings, prefix)
-    ensure_network_config(store, network())
+    ensure(store, network())
     etcd_client(etcd).put(f"{prefix}/subnets/10.1.52.0-24", "{}")
-    assert ensure_network_config(store, network(cidr="10.2.0.0/16")) is True
+    assert ensure(store, network(cidr="10.2.0.0/16")) is True
     assert str(store.read_config()[0].network) == "10.2.0.0/16"
 
 
@@ -365,7 +375,7 @@ def test_units_configuring_a_fresh_network_at_once_write_it_exactly_once(etcd, s
     def unit():
         with NetworkStore(settings, prefix) as store:
             barrier.wait()
-            wrote.append(ensure_network_config(store, network()))
+            wrote.append(ensure(store, network()))
 
     threads = [threading.Thread(target=unit) for _ in range(writers)]
     for t in threads:
@@ -398,16 +408,16 @@ def test_a_backend_is_never_switched_over_a_config_written_since_it_was_checked(
     """Unit B reads no config (nothing to check), unit A writes vxlan and a
     node leases, then B writes host-gw: with a plain put B's write went
     through, a backend switched under a live lease (what
-    check_backend_change refuses)."""
+    the backend rule refuses)."""
     client = etcd_client(etcd)
 
     def unit_a_and_its_flanneld():
-        ensure_network_config(NetworkStore(settings, prefix), network())
+        ensure(NetworkStore(settings, prefix), network())
         client.put(f"{prefix}/subnets/10.1.52.0-24", "{}")
 
     store = ReadThenSomeoneElse(settings, prefix, [unit_a_and_its_flanneld])
     with pytest.raises(InvalidOption) as caught:
-        ensure_network_config(store, network(backend="host-gw"))
+        ensure(store, network(backend="host-gw"))
     assert "while 1 node holds a lease" in str(caught.value)
     assert NetworkStore(settings, prefix).read_config()[0] == network()
 
@@ -418,12 +428,11 @@ def test_a_config_that_keeps_changing_underneath_is_a_reason_to_wait(etcd, setti
     other = iter(range(100))
 
     def someone_else_writes():
-        ensure_network_config(NetworkStore(settings, prefix),
-                              network(cidr=f"10.{next(other) + 10}.0.0/16"))
+        ensure(NetworkStore(settings, prefix), network(cidr=f"10.{next(other) + 10}.0.0/16"))
 
     store = ReadThenSomeoneElse(settings, prefix, [someone_else_writes] * 10)
     with pytest.raises(EtcdUnavailable) as caught:
-        ensure_network_config(store, network())
+        ensure(store, network())
     assert "kept changing" in caught.value.reason
     assert store.read_config()[0] != network()
 
@@ -438,7 +447,7 @@ def test_a_foreign_ca_bundle_in_the_environment_does_not_break_tls(
     monkeypatch.setenv(variable, str(other_pki.ca_cert))
     store = NetworkStore(settings, prefix)
     config = stored({"Network": "10.1.0.0/16"})
-    assert ensure_network_config(store, config) is True
+    assert ensure(store, config) is True
     assert store.read_config()[0] == config
 
 
@@ -520,7 +529,7 @@ def test_a_dead_endpoint_is_skipped_for_a_live_one(etcd, pki, prefix):
                                   str(pki.client_cert), str(pki.client_key), timeout=5)
     store = NetworkStore(settings, prefix)
     config = stored({"Network": "10.1.0.0/16"})
-    assert ensure_network_config(store, config) is True
+    assert ensure(store, config) is True
     assert store.read_config()[0] == config
     assert store.answered == etcd.endpoint
 
@@ -595,14 +604,15 @@ def test_the_control_planes_service_cidr_reaches_the_workers_units(settings, pre
         assert control_plane.read_service_cidr() == "10.152.0.0/16"
 
 
-def test_write_network_refuses_a_cidr_over_the_recorded_service_cidr_before_writing(
+def test_a_cidr_over_the_recorded_service_cidr_is_refused_before_it_is_written(
         settings, prefix):
     with NetworkStore(settings, prefix) as control_plane:
-        assert write_network(control_plane, network(), "10.152.183.0/24") is True
+        services = shared_service_cidr(control_plane, "10.152.183.0/24")
+        assert ensure(control_plane, network(), services) is True
     with NetworkStore(settings, prefix) as worker:
         wanted = options(cidr="10.152.0.0/16")
         with pytest.raises(InvalidOption) as refused:
-            write_network(worker, wanted.network_config(), None)
+            ensure(worker, wanted.network_config(), shared_service_cidr(worker, None))
         assert refused.value.option == "cidr" and "10.152.183.0/24" in refused.value.reason
         assert worker.read_config()[0] == network()   # what was there stays
 
@@ -650,6 +660,9 @@ def test_a_stopping_unit_gives_its_lease_back_only_while_a_backend_change_waits(
     """A backend change is refused while any node holds a lease: the stop
     hook gives this node's back only then (else a unit added back keeps its
     subnet)."""
+    ip = netns_machine.netns
+    ip(["ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"])
+    ip(["ip", "addr", "add", "192.0.2.10/24", "dev", "eth0"])
     ctx = hook(tmp_path / "unit", netns_machine, etcd, pki, config=config, name="stop")
     ctx.state.confirmed_network = confirmed.to_json() if confirmed else None
     ctx.state.etcd_endpoints = etcd.connection_string
@@ -660,8 +673,8 @@ def test_a_stopping_unit_gives_its_lease_back_only_while_a_backend_change_waits(
     ctx.paths.subnet_env.write_text(SUBNET_ENV)
     etcd_client(etcd).put(f"{DEFAULT_PREFIX}/subnets/10.1.52.0-24",
                           json.dumps({"PublicIP": "192.0.2.10"}))
-    gone = release_lease_for_backend_change(ctx, Outcome())
-    assert gone == ("10.1.52.0/24" if released else None)
+    assert backend_change_waits(ctx) is released
+    EtcdSubnets(ctx).leave(Outcome(), keep_lease=not backend_change_waits(ctx))
     with NetworkStore(settings, DEFAULT_PREFIX) as store:
         assert [lease.subnet for lease in store.leases()] == \
             ([] if released else ["10.1.52.0/24"])

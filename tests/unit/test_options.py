@@ -388,11 +388,11 @@ def test_auto_turns_offload_off_on_kernels_before_5_7_only(release, off):
 
 # -- subnet-manager ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("value, on_kubernetes", [
-    ("etcd", False), ("kubernetes", True), (" Kubernetes", True)])
-def test_the_subnet_manager_is_etcd_or_kubernetes(value, on_kubernetes):
+@pytest.mark.parametrize("value, subnet_manager", [
+    ("etcd", "etcd"), ("kubernetes", "kubernetes"), (" Kubernetes", "kubernetes")])
+def test_the_subnet_manager_is_etcd_or_kubernetes(value, subnet_manager):
     options = parse_options(config(**{"subnet-manager": value}))
-    assert options.on_kubernetes is on_kubernetes
+    assert options.subnet_manager == subnet_manager
     # where flanneld keeps its leases is no part of the network it runs
     assert options.network_config() == parse_options({}).network_config()
 

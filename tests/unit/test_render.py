@@ -14,11 +14,16 @@ from sandbox.waiting import wait_for
 
 from charms.flannel.adapters.render import render_conflist, render_service
 from charms.flannel.facts.paths import Paths
+from charms.flannel.steps.context import EtcdRelation, HookContext
+from charms.flannel.steps.outcome import Outcome
+from charms.flannel.steps.subnets.etcd import EtcdSubnets
+from charms.flannel.steps.subnets.kube import KubeSubnets
+from charms.flannel.steps.unit_state import UnitState
+from charmhelpers.core.unitdata import Storage
+from stepkit import StubJuju
 
 MACHINE = Paths()
-SERVICE_ARGS = dict(endpoints=["https://10.0.0.5:2379", "https://10.0.0.6:2379"],
-                    ca_file=MACHINE.etcd_ca, cert_file=MACHINE.etcd_cert,
-                    key_file=MACHINE.etcd_key)
+ENDPOINTS = "https://10.0.0.5:2379,https://10.0.0.6:2379"
 
 
 def unit_file(text):
@@ -32,8 +37,27 @@ def exec_start(text):
     return shlex.split(unit_file(text)["Service"]["ExecStart"])
 
 
-def test_service_runs_flanneld_against_etcd_with_tls(templates_dir):
-    command = exec_start(render_service(templates_dir, iface="", **SERVICE_ARGS))
+def on_etcd(tmp_path, connection_string: str = ENDPOINTS):
+    """How flanneld runs on etcd (steps/subnets/etcd.py), on a machine's paths."""
+    ctx = HookContext(StubJuju(charm_dir=tmp_path, etcd_relation=EtcdRelation(
+        connection_string, "CA", "CERT", "KEY")), UnitState(Storage(":memory:")), paths=MACHINE)
+    return EtcdSubnets(ctx).flanneld(Outcome())
+
+
+def on_kubernetes(tmp_path, node: str = "m1"):
+    ctx = HookContext(StubJuju(charm_dir=tmp_path), UnitState(Storage(":memory:")),
+                      paths=MACHINE)
+    ctx.state.node_name = node
+    return KubeSubnets(ctx).flanneld(Outcome())
+
+
+def service(templates_dir, on, **kwargs) -> str:
+    return render_service(templates_dir, subnet_manager=on.arguments, preamble=on.preamble,
+                          **{"iface": "", **kwargs})
+
+
+def test_service_runs_flanneld_against_etcd_with_tls(templates_dir, tmp_path):
+    command = exec_start(service(templates_dir, on_etcd(tmp_path)))
     assert command == [
         "/usr/local/bin/flanneld",
         "-etcd-endpoints=https://10.0.0.5:2379,https://10.0.0.6:2379",
@@ -49,45 +73,42 @@ def test_service_runs_flanneld_against_etcd_with_tls(templates_dir):
     ]
 
 
-def test_service_runs_flanneld_on_the_kubernetes_api_as_its_node(templates_dir):
+def test_service_runs_flanneld_on_the_kubernetes_api_as_its_node(templates_dir, tmp_path):
     """subnet-manager=kubernetes: no etcd flag, the node's name where
     flanneld reads it outside a pod (NODE_NAME)."""
-    text = render_service(templates_dir, iface="eth0", endpoints="", ca_file="", cert_file="",
-                          key_file="", kube=("/root/.kube/config",
-                                             "/etc/flannel/net-conf.json", "m1"))
+    text = service(templates_dir, on_kubernetes(tmp_path), iface="eth0")
     assert exec_start(text) == [
         "/usr/local/bin/flanneld", "-kube-subnet-mgr", "-kubeconfig-file=/root/.kube/config",
         "-net-config-path=/etc/flannel/net-conf.json", "-iface=eth0", "-ip-masq",
         "-subnet-file=/run/flannel/subnet.env", "-healthz-ip=127.0.0.1", "-healthz-port=8474"]
     assert unit_file(text)["Service"]["Environment"] == "NODE_NAME=m1"
-    assert "NODE_NAME" not in render_service(templates_dir, iface="", **SERVICE_ARGS)
+    assert "NODE_NAME" not in service(templates_dir, on_etcd(tmp_path))
 
 
-def test_service_names_the_interface_when_one_is_set(templates_dir):
-    command = exec_start(render_service(templates_dir, iface="ens3", **SERVICE_ARGS))
+def test_service_names_the_interface_when_one_is_set(templates_dir, tmp_path):
+    command = exec_start(service(templates_dir, on_etcd(tmp_path), iface="ens3"))
     assert "-iface=ens3" in command
     assert not any(arg.startswith("-iface") for arg in
-                   exec_start(render_service(templates_dir, iface="", **SERVICE_ARGS)))
+                   exec_start(service(templates_dir, on_etcd(tmp_path))))
 
 
-def test_service_prefix_ip_masq_and_a_single_endpoint_string(templates_dir):
-    command = exec_start(render_service(
-        templates_dir, endpoints="https://127.0.0.1:2379", ca_file="/ca", cert_file="/c",
-        key_file="/k", iface="", ip_masq=False, prefix="/test/network"))
+def test_service_without_ip_masq_and_with_a_single_endpoint(templates_dir, tmp_path):
+    command = exec_start(service(templates_dir, on_etcd(tmp_path, "https://127.0.0.1:2379"),
+                                 ip_masq=False))
     assert "-etcd-endpoints=https://127.0.0.1:2379" in command
-    assert "-etcd-prefix=/test/network" in command
     assert "-ip-masq" not in command
 
 
-def test_service_takes_the_relations_connection_string_as_is(templates_dir):
-    args = dict(SERVICE_ARGS, endpoints="https://10.0.0.5:2379, https://10.0.0.6:2379,")
-    command = exec_start(render_service(templates_dir, iface="", **args))
+def test_service_takes_only_what_parses_of_the_relations_connection_string(
+        templates_dir, tmp_path):
+    on = on_etcd(tmp_path, "https://10.0.0.5:2379, https://10.0.0.6:2379,")
+    command = exec_start(service(templates_dir, on))
     assert "-etcd-endpoints=https://10.0.0.5:2379,https://10.0.0.6:2379" in command
     assert len(command) == 10
 
 
-def test_service_is_a_plain_restarting_unit(templates_dir):
-    unit = unit_file(render_service(templates_dir, iface="eth0", **SERVICE_ARGS))
+def test_service_is_a_plain_restarting_unit(templates_dir, tmp_path):
+    unit = unit_file(service(templates_dir, on_etcd(tmp_path), iface="eth0"))
     assert unit["Unit"]["After"] == "network-online.target"
     assert unit["Service"]["Type"] == "simple"
     assert unit["Service"]["Restart"] == "always"
@@ -108,6 +129,15 @@ def test_conflist_keeps_the_network_name_it_is_given(templates_dir):
     assert json.loads(render_conflist(templates_dir, network_name="cbr0"))["name"] == "cbr0"
 
 
+def test_conflist_gives_pods_an_mtu_only_when_told_to(templates_dir):
+    """With IPv6 over vxlan the pods' MTU is flannel-v6.<VNI>'s, not
+    flanneld's FLANNEL_MTU (steps/cni.py): the flannel plugin hands the
+    bridge plugin its delegate's mtu first."""
+    conf = json.loads(render_conflist(templates_dir, mtu=1430))
+    assert conf["plugins"][0]["delegate"] == {"mtu": 1430, "hairpinMode": True,
+                                              "isDefaultGateway": True}
+
+
 def test_conflist_names_a_subnet_file_other_than_the_plugins_default(templates_dir):
     conf = json.loads(render_conflist(templates_dir, subnet_file='/run/fl "x"/subnet.env'))
     assert conf["plugins"][0]["subnetFile"] == '/run/fl "x"/subnet.env'
@@ -117,7 +147,7 @@ def test_conflist_names_a_subnet_file_other_than_the_plugins_default(templates_d
 def test_a_missing_template_variable_is_an_error(tmp_path):
     (tmp_path / "flannel.service").write_text("ExecStart={{ not_passed }}\n")
     with pytest.raises(Exception, match="not_passed"):
-        render_service(tmp_path, iface="", **SERVICE_ARGS)
+        render_service(tmp_path, iface="", subnet_manager=on_etcd(tmp_path).arguments)
 
 
 def systemctl3():
@@ -140,7 +170,7 @@ def test_systemctl3_starts_and_stops_the_rendered_service(templates_dir, tmp_pat
     unit_dir = root / "lib" / "systemd" / "system"
     unit_dir.mkdir(parents=True)
     (unit_dir / "flannel.service").write_text(
-        render_service(templates_dir, iface="eth0", flanneld=fake, **SERVICE_ARGS))
+        service(templates_dir, on_etcd(tmp_path), iface="eth0", flanneld=fake))
 
     def ctl(*args):
         return subprocess.run([systemctl3(), f"--root={root}", *args],

@@ -21,6 +21,7 @@ import stepkit
 
 from charms.flannel.adapters.machine import Machine
 from charms.flannel.facts.status import FIXED_TEXTS, Problem, Status, choose
+from charms.flannel.steps.context import EtcdRelation
 from charms.flannel.steps.status import Seen, gather, status
 
 VXLAN = {"Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1}}
@@ -31,8 +32,9 @@ FLANNEL_MTU=1450
 FLANNEL_IPMASQ=true
 """
 DUAL_ENV = SUBNET_ENV + "FLANNEL_IPV6_NETWORK=fd10:1::/56\nFLANNEL_IPV6_SUBNET=fd10:1:0:5::1/64\n"
-HEALTHY = Seen(installed=True, series_upgrade=False, etcd_related=True, etcd_ready=True,
-               network_configured=True, service_started=True, cni_configured=True)
+HEALTHY = Seen(installed=True, series_upgrade=False, network_configured=True,
+               service_started=True, cni_configured=True)
+ETCD = EtcdRelation("https://10.0.0.5:2379", "CA", "CERT", "KEY")
 PLUGINS = ("flannel", "bridge", "host-local", "portmap", "loopback")
 
 
@@ -84,7 +86,7 @@ def flanneld_running(tmp_path_factory):
 def unit(tmp_path, systemd_root: Path, *, config=None, network=VXLAN, subnet_env=SUBNET_ENV):
     """A unit whose flanneld holds a lease of the network etcd confirmed,
     with the CNI chain complete and the conflist in place."""
-    ctx = stepkit.context(tmp_path, machine=with_systemd(systemd_root), config=config)
+    ctx = stepkit.context(tmp_path, machine=with_systemd(systemd_root), config=config, etcd=ETCD)
     paths = ctx.paths
     paths.cni_bin_dir.mkdir(parents=True)
     for name in PLUGINS:
@@ -125,9 +127,18 @@ def test_a_healthy_unit_shows_its_subnet(running):
     assert shown(running) == ("active", "Flannel subnet 10.1.52.1/24")
 
 
+def without_etcd(ctx, seen=HEALTHY) -> Seen:
+    ctx.juju.related_to_etcd, ctx.juju.etcd_relation = False, None
+    return seen
+
+
+def without_credentials(ctx, seen=HEALTHY) -> Seen:
+    ctx.juju.etcd_relation = None   # (related: etcd's unit has not published them yet)
+    return seen
+
+
 def test_without_etcd_the_unit_is_blocked_waiting_for_the_relation(running):
-    seen = Seen(**{**vars(HEALTHY), "etcd_related": False, "etcd_ready": False})
-    assert shown(running, seen) == ("blocked", "Waiting for etcd relation.")
+    assert shown(running, without_etcd(running)) == ("blocked", "Waiting for etcd relation.")
 
 
 def test_before_flanneld_writes_subnet_env_the_unit_is_negotiating(running):
@@ -166,8 +177,7 @@ def set_etcd(ctx, seen):
      ("blocked", "Series upgrade in progress")),
     (lambda ctx, seen: Seen(**{**vars(seen), "installed": False}),
      ("maintenance", "Installing flannel.")),
-    (lambda ctx, seen: Seen(**{**vars(seen), "etcd_ready": False}),
-     ("waiting", "Waiting for etcd client credentials.")),
+    (without_credentials, ("waiting", "Waiting for etcd client credentials.")),
     (set_etcd, ("waiting", "cannot reach etcd: https://10.0.0.5:2379 (connection refused)")),
     (lambda ctx, seen: Seen(**{**vars(seen), "network_configured": False}),
      ("waiting", "Waiting to write the flannel network to etcd.")),
@@ -187,8 +197,8 @@ def test_an_invalid_option_is_named_in_the_status(tmp_path, flanneld_running):
 def test_bad_config_outranks_a_missing_etcd_relation(tmp_path, flanneld_running):
     # The operator can fix the option now; the relation may be on its way.
     ctx = unit(tmp_path, flanneld_running, config={"cidr": "x"})
-    seen = Seen(**{**vars(HEALTHY), "etcd_related": False, "etcd_ready": False})
-    assert shown(ctx, seen) == ("blocked", 'Invalid cidr: "x" is not an IPv4 network')
+    assert shown(ctx, without_etcd(ctx)) == ("blocked", 'Invalid cidr: "x" is not an IPv4 '
+                                                        'network')
 
 
 def test_a_broken_cni_chain_is_blocked_with_the_plugin_named(running):
@@ -287,7 +297,8 @@ def test_problems_are_shown_in_the_order_an_operator_acts_on_them():
         Problem.RECORD, Problem.SERIES_UPGRADE, Problem.RESOURCE, Problem.INSTALLING,
         Problem.OPTIONS, Problem.CIDR, Problem.MTU, Problem.NETWORK, Problem.IFACE,
         Problem.IPV6, Problem.COMMANDS, Problem.KERNEL, Problem.NO_ETCD,
-        Problem.NO_KUBECONFIG, Problem.POD_CIDR, Problem.ETCD_CREDENTIALS, Problem.ETCD,
+        Problem.NO_KUBECONFIG, Problem.KUBE_ACCESS, Problem.NODE, Problem.POD_CIDR,
+        Problem.ETCD_CREDENTIALS, Problem.ETCD,
         Problem.KUBE, Problem.NETWORK_PENDING,
         Problem.OUT_OF_SUBNETS, Problem.SERVICE_FAILING, Problem.SERVICE_STARTING,
         Problem.CNI_PENDING, Problem.CNI, Problem.BRIDGE, Problem.BRIDGE_STALE,

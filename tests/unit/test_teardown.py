@@ -23,8 +23,6 @@ from charms.flannel.adapters.etcd import NetworkStore
 from charms.flannel.facts.status import Problem
 from charms.flannel.steps import teardown
 from charms.flannel.steps.flags import OWN, STOPPED
-from charms.flannel.steps.outcome import Outcome
-from charms.flannel.steps.teardown import release_lease_for_backend_change
 
 VXLAN = {"Network": "10.1.0.0/16", "SubnetLen": 24, "Backend": {"Type": "vxlan", "VNI": 1}}
 SUBNET_ENV = ("FLANNEL_NETWORK=10.1.0.0/16\nFLANNEL_SUBNET=10.1.52.1/24\nFLANNEL_MTU=1450\n"
@@ -46,7 +44,9 @@ def node(netns_machine):
     """The namespace as a node's flanneld left it: cni0 holding the
     lease's gateway."""
     netns_machine.netns(["sh", "-ec", "ip link add cni0 type bridge\n"
-                                      "ip addr add 10.1.52.1/24 dev cni0\nip link set cni0 up"])
+                                      "ip addr add 10.1.52.1/24 dev cni0\nip link set cni0 up\n"
+                                      "ip link add uplink type veth peer name uplinkp\n"
+                                      "ip addr add 192.0.2.10/24 dev uplink"])
     return netns_machine
 
 
@@ -85,10 +85,9 @@ def test_a_node_leaving_during_a_backend_change_gives_its_lease_back(tmp_path, n
     The next lease differs, so the old gateway leaves cni0 too."""
     lease_in(store)
     ctx = leaving_unit(tmp_path, node, pki, backend="host-gw", endpoints=etcd.endpoint)
-    out = Outcome()
-    assert release_lease_for_backend_change(ctx, out) == "10.1.52.0/24"
+    out = teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
     assert store.leases() == []
-    assert out.log == [("Released the lease of 10.1.52.0/24 in etcd", False)]
+    assert ("Deleted this node's lease of 10.1.52.0/24 from etcd", False) in out.log
     assert addresses(node) == []
 
 
@@ -97,20 +96,18 @@ def test_without_a_backend_change_the_lease_stays_for_the_unit_added_back(tmp_pa
     """A unit added back gets the same subnet, and the pods here keep theirs."""
     lease_in(store)
     ctx = leaving_unit(tmp_path, node, pki, backend="vxlan", endpoints=etcd.endpoint)
-    out = Outcome()
-    assert release_lease_for_backend_change(ctx, out) is None
+    out = teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
     assert [lease.subnet for lease in store.leases()] == ["10.1.52.0/24"]
-    assert out.log == [] and addresses(node) == ["10.1.52.1/24"]
+    assert not [message for message, _ in out.log if "lease" in message]
 
 
 def test_etcd_gone_is_logged_not_raised(tmp_path, node, pki):
     ctx = leaving_unit(tmp_path, node, pki, backend="host-gw", endpoints=UNREACHABLE)
-    out = Outcome()
-    assert release_lease_for_backend_change(ctx, out) is None
-    [(message, warning)] = out.log
-    assert warning is True
-    assert message.startswith("Could not release the lease of 10.1.52.0/24: cannot reach etcd: "
-                              f"{UNREACHABLE} (")
+    out = teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
+    [message] = [message for message, warning in out.log if warning]
+    assert message.startswith("Could not clear all that subnet-manager=etcd kept: cannot reach "
+                              f"etcd: {UNREACHABLE} (")
+    assert (out.status.state, out.status.message) == ("maintenance", "Flannel removed.")
 
 
 LOADS_NO_ETCD_CLIENT = """
@@ -118,13 +115,12 @@ import sys
 from pathlib import Path
 import stepkit
 from charms.flannel.steps import teardown
-from charms.flannel.steps.outcome import Outcome
 ctx = stepkit.context(Path(sys.argv[1]), hook="stop", config={"backend": "vxlan"})
 ctx.state.confirmed_network = {"Network": "10.1.0.0/16", "Backend": {"Type": "vxlan"}}
 ctx.state.etcd_endpoints = "https://127.0.0.1:9"
 ctx.paths.subnet_env.parent.mkdir(parents=True)
 ctx.paths.subnet_env.write_text(sys.argv[2])
-assert teardown.release_lease_for_backend_change(ctx, Outcome()) is None
+teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
 print(sorted(m for m in ("etcd3gw", "requests", "urllib3") if m in sys.modules))
 """
 
@@ -212,7 +208,7 @@ def test_a_stop_during_a_backend_change_gives_the_lease_back(tmp_path, node, pki
     ctx = installed_unit(tmp_path, node, pki, backend="host-gw", endpoints=etcd.endpoint)
     out = teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
     assert store.leases() == []
-    assert ("Released the lease of 10.1.52.0/24 in etcd", False) in out.log
+    assert ("Deleted this node's lease of 10.1.52.0/24 from etcd", False) in out.log
 
 
 def test_etcd_gone_during_a_backend_change_stops_nothing_else_of_the_stop(tmp_path, node, pki):
@@ -223,7 +219,7 @@ def test_etcd_gone_during_a_backend_change_stops_nothing_else_of_the_stop(tmp_pa
     out = teardown.run(ctx, masked=True, remove_nrpe_check=lambda: nrpe_removed.append(True))
     warnings = [message for message, warning in out.log if warning]
     assert len(warnings) == 1 and warnings[0].startswith(
-        "Could not release the lease of 10.1.52.0/24: cannot reach etcd")
+        "Could not clear all that subnet-manager=etcd kept: cannot reach etcd")
     assert nrpe_removed == [True]
     for path in ctx.paths.written_files:
         assert not path.exists(), path

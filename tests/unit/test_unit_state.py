@@ -109,7 +109,8 @@ def test_the_problems_the_previous_revision_recorded_are_read_after_a_refresh(tm
                 "bridge-stale": Problem.BRIDGE_STALE}
     # problems this revision added, which no earlier one recorded
     added = {Problem.COMMANDS, Problem.KERNEL, Problem.OFFLOAD, Problem.OUT_OF_SUBNETS,
-             Problem.UNROUTABLE, Problem.RESTARTS, Problem.POD_CIDR, Problem.KUBE}
+             Problem.UNROUTABLE, Problem.RESTARTS, Problem.POD_CIDR, Problem.KUBE,
+             Problem.KUBE_ACCESS, Problem.NODE}
     assert set(previous.values()) | added == set(RECORDED)
     s = state(tmp_path)
     for area in previous:

@@ -1,7 +1,7 @@
 """flannel v0.11's network in etcd's v2 keyspace, carried into v3 before a
-node's first flanneld start (steps/network.py's _carry_v2_leases) and
-forgotten by update-status once every node has moved
-(steps/etcd_look.py's finish_v2_move); the decisions are
+node's first flanneld start (steps/subnets/etcd.py's _carry_v2_leases) and
+forgotten by update-status once every node has moved (its
+finish_v2_move); the decisions are
 facts/v2_network.py's. Against the session's real etcd with its v2 API on."""
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from charms.flannel.facts.netconfig import NetworkConfig
 from charms.flannel.facts.v2_network import (V2Lease, V2Network, carried_ttl, copies, fits,
                                              leases_to_carry, moved)
 from charms.flannel.steps.context import EtcdRelation
-from charms.flannel.steps.etcd_look import finish_v2_move
-from charms.flannel.steps.network import _carry_v2_leases
+from charms.flannel.steps.subnets.etcd import _carry_v2_leases, finish_v2_move
 from charms.flannel.steps.outcome import Outcome
 from sandbox.etcd import EtcdServer
 

@@ -33,12 +33,13 @@ def read_routes(machine: Machine, family: int = 4) -> list[dict]:
     return _ip_json(machine, f"-{family}", "route", "show", "table", "all")
 
 
-def route_destinations(machine: Machine) -> set[str]:
-    """The destinations ("10.1.7.0/24") of the IPv4 routes of the main
-    table, where flanneld puts its routes: read from /proc/net/route here
-    (a hook's look at every idle hook), else from `ip`."""
-    if not machine.is_here:
-        return {route.get("dst") for route in _ip_json(machine, "-4", "route", "show")}
+def route_destinations(machine: Machine, family: int = 4) -> set[str]:
+    """The destinations ("10.1.7.0/24", "fd10:1:0:7::/64") of one family's
+    routes of the main table, where flanneld puts its routes: IPv4's read
+    from /proc/net/route here (a hook's look at every idle hook), else from
+    `ip`."""
+    if family == 6 or not machine.is_here:
+        return {route.get("dst") for route in _ip_json(machine, f"-{family}", "route", "show")}
     found = set()
     with open(PROC_NET_ROUTE) as table:
         next(table, None)   # the header
@@ -52,10 +53,16 @@ def route_destinations(machine: Machine) -> set[str]:
     return found
 
 
-def default_route_interface(machine: Machine) -> str:
-    """The interface of the IPv4 default route, "" if there is none."""
-    routes = _ip_json(machine, "route", "show", "default")
-    return next((route["dev"] for route in routes if route.get("dev")), "")
+def default_route_interface(machine: Machine, families: tuple = (4, 6)) -> str:
+    """The interface of the first family's default route that there is
+    (flanneld's own choice without -iface: IPv6's when it runs IPv6-only),
+    "" if there is none."""
+    for family in families:
+        routes = _ip_json(machine, f"-{family}", "route", "show", "default")
+        found = next((route["dev"] for route in routes if route.get("dev")), "")
+        if found:
+            return found
+    return ""
 
 
 def remove_pod_network_routes(machine: Machine, networks: Iterable[tuple]) -> list[str]:

@@ -19,7 +19,6 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from ..facts import paths
 from ..facts.cni_config import DEFAULT_NETWORK_NAME
-from ..facts.etcd_keys import DEFAULT_PREFIX
 from ..facts.flanneld import HEALTHZ_IP, HEALTHZ_PORT
 
 SERVICE_TEMPLATE = "flannel.service"
@@ -42,42 +41,27 @@ def _render(templates_dir: str | os.PathLike[str], source: str, **context: objec
 def render_service(
     templates_dir: str | os.PathLike[str],
     *,
-    endpoints: Sequence[str] | str,
-    ca_file: str | os.PathLike[str],
-    cert_file: str | os.PathLike[str],
-    key_file: str | os.PathLike[str],
+    subnet_manager: Sequence[str],
     iface: str,
+    preamble: Sequence[str] = (),
     ip_masq: bool = True,
-    prefix: str = DEFAULT_PREFIX,
     subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
     flanneld: str | os.PathLike[str] = paths.Paths().flanneld,
-    kube: Optional[tuple[str, str, str]] = None,
 ) -> str:
-    """The systemd unit that runs flanneld against etcd, or with `kube`
-    (kubeconfig, net-conf.json, node name) on the Kubernetes API. endpoints
-    may be the relation's connection string as is: spaces around its commas
-    would split flanneld's argument, so they are dropped."""
-    if isinstance(endpoints, str):
-        endpoints = endpoints.split(",")
-    endpoints = ",".join(item.strip() for item in endpoints if item.strip())
+    """The systemd unit that runs flanneld with `subnet_manager`'s arguments
+    (where it keeps its leases: steps/subnets), `preamble` the [Service]
+    lines before ExecStart (an environment, and why)."""
     return _render(
         templates_dir,
         SERVICE_TEMPLATE,
         flanneld=str(flanneld),
-        endpoints=endpoints,
-        prefix=prefix,
-        ca_file=str(ca_file),
-        cert_file=str(cert_file),
-        key_file=str(key_file),
+        subnet_manager=" ".join(subnet_manager),
+        preamble=list(preamble),
         iface=iface,
         ip_masq=ip_masq,
         subnet_file=str(subnet_file),
         healthz_ip=HEALTHZ_IP,
         healthz_port=HEALTHZ_PORT,
-        kube=kube is not None,
-        kubeconfig=kube[0] if kube else "",
-        net_conf=kube[1] if kube else "",
-        node_name=kube[2] if kube else "",
     )
 
 
@@ -86,16 +70,20 @@ def render_conflist(
     *,
     subnet_file: str | os.PathLike[str] = DEFAULT_SUBNET_FILE,
     network_name: str = DEFAULT_NETWORK_NAME,
+    mtu: Optional[int] = None,
 ) -> str:
     """The CNI network config; subnetFile is written only when it is not
     the plugin's own default. network_name names host-local's allocation
-    table (/var/lib/cni/networks/<name>): keep the one in use."""
+    table (/var/lib/cni/networks/<name>): keep the one in use. `mtu`, when
+    given, is the pods' MTU in place of flanneld's FLANNEL_MTU (the flannel
+    plugin hands the bridge plugin its delegate's mtu first)."""
     subnet_file = str(subnet_file)
     return _render(
         templates_dir,
         CONFLIST_TEMPLATE,
         subnet_file=subnet_file if subnet_file != DEFAULT_SUBNET_FILE else "",
         network_name=network_name,
+        mtu=mtu,
     )
 
 

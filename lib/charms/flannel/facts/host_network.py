@@ -18,6 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
+from .netconfig import IPV6_MIN_MTU
 from .options import InvalidOption
 
 # Devices whose addresses and routes are flannel's or its pods' own.
@@ -127,10 +128,13 @@ def find_link(iface: str, links: Iterable[Link]) -> Optional[Link]:
                 None)
 
 
-def iface_problem(iface: str, links: Iterable[Link], ipv4: bool = True) -> Optional[InvalidOption]:
+def iface_problem(iface: str, links: Iterable[Link], ipv4: bool = True,
+                  ipv6: bool = False) -> Optional[InvalidOption]:
     """Why flanneld cannot carry the overlay on `iface` (a link name or an
     address of one), or None. IPv6-only (not `ipv4`), an IPv6 address of it
-    is what flanneld sends from (ipv6_problem checks it has one)."""
+    is what flanneld sends from (ipv6_problem checks it has one), and an
+    IPv4 address names no interface to flanneld (it exits: "no interface
+    with given IPv6 found")."""
     links = list(links)
     try:
         address = ipaddress.ip_address(iface)
@@ -140,6 +144,10 @@ def iface_problem(iface: str, links: Iterable[Link], ipv4: bool = True) -> Optio
         return InvalidOption("iface", f'"{iface}" is an IPv6 address; flannel carries '
                                       "its overlay over IPv4: give an IPv4 address or "
                                       "an interface name")
+    if address is not None and address.version == 4 and not ipv4 and ipv6:
+        return InvalidOption("iface", f'"{iface}" is an IPv4 address; IPv6-only (cidr "") '
+                                      "flanneld sends from an IPv6 address: give one of this "
+                                      "machine's IPv6 addresses or an interface name")
     link = find_link(iface, links)
     if link is None:
         what = "an address" if address is not None else "an interface"
@@ -166,6 +174,33 @@ def ipv6_problem(link: Optional[Link]) -> Optional[InvalidOption]:
     return InvalidOption("ipv6-cidr", f"IPv6 needs a global IPv6 address on {link.name}, "
                                       "which flanneld sends on, and it has none; give it one, "
                                       'set iface to one that has, or set ipv6-cidr to ""')
+
+
+def ipv6_mtu_problem(config, link: Link) -> Optional[InvalidOption]:
+    """Why IPv6 pods on `link` (flanneld's interface) would get less than
+    IPv6's 1280 bytes (Linux takes IPv6 off a device below it), or None:
+    over vxlan their MTU is what flannel-v6.<VNI> carries on that link
+    (NetworkConfig.pods_mtu)."""
+    pods = config.pods_mtu(link.mtu or None)
+    if pods is None or pods >= IPV6_MIN_MTU:
+        return None
+    need = link.mtu + IPV6_MIN_MTU - pods
+    return InvalidOption("ipv6-cidr", f"IPv6 pods would get {pods} bytes over {link.name} "
+                                      f"(MTU {link.mtu}), less than IPv6's {IPV6_MIN_MTU}: give "
+                                      f"{link.name} an MTU of at least {need}, set iface to a "
+                                      'larger one, or set ipv6-cidr to ""')
+
+
+def no_interface_problem(options, iface: str) -> Optional[InvalidOption]:
+    """flanneld's interface cannot be found (no `cni` binding names one and
+    the machine has no default route; or the one named is not there): what
+    needs it (an mtu, IPv6) cannot be checked, and flanneld would not start."""
+    needs = "mtu" if options.mtu else "ipv6-cidr"
+    where = f'"{iface}" is not an interface of this machine' if iface else \
+        "no cni binding names an interface and this machine has no default route"
+    return InvalidOption("iface", f"flanneld's interface cannot be found ({where}), so "
+                                  f"{needs} cannot be checked against it and flanneld would not "
+                                  "start; set iface")
 
 
 def mtu_problem(mtu: int, link: Optional[Link]) -> Optional[InvalidOption]:

@@ -38,6 +38,17 @@ class KubeUnavailable(Exception):
         self.status = status
 
 
+class KubeRefused(KubeUnavailable):
+    """The Kubernetes API cannot be asked until someone changes something:
+    a kubeconfig that cannot work, credentials refused (401), a permission
+    missing (403), no API at the server's URL. Blocked, not waiting."""
+
+
+class AmbiguousNode(ValueError):
+    """More than one Node could be this machine, and none is the one its
+    kubelet registered: the reason, for a blocked status."""
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -55,25 +66,51 @@ class Node:
                    pod_cidrs=tuple(cidrs), annotations=tuple(sorted(annotations.items())))
 
     @property
+    def ip_addresses(self) -> set[str]:
+        """Its addresses that are IP addresses, normalised ("fd00::12")."""
+        found = set()
+        for address in self.addresses:
+            try:
+                found.add(str(ipaddress.ip_address(address)))
+            except ValueError:   # (Hostname entries)
+                continue
+        return found
+
+    @property
     def flanneld_annotations(self) -> list[str]:
         """The annotations flanneld wrote on this Node (full keys)."""
         ours = {ANNOTATION_PREFIX + name for name in FLANNELD_ANNOTATIONS}
         return [key for key, _ in self.annotations if key in ours]
 
 
-def node_of(nodes: Iterable[Node], addresses: Iterable[str]) -> Optional[Node]:
-    """The Node that is this machine: the one whose status names one of its
-    addresses (kubelet's --node-ip), whatever name kubelet gave it (the
-    hostname, or the FQDN on some clouds)."""
+def node_of(nodes: Iterable[Node], addresses: Iterable[str], hostname: str = "",
+            name: Optional[str] = None) -> Optional[Node]:
+    """The Node that is this machine: the one named `name` (the Node it was
+    found to be before) if it is still there, else the one whose status
+    names one of its addresses (kubelet's --node-ip), whatever name kubelet
+    gave it (the hostname, or the FQDN on some clouds). Two such Nodes (a
+    stale Node of a replaced machine whose address was reused): the one
+    kubelet registered under this machine's hostname, else AmbiguousNode."""
+    nodes = list(nodes)
+    if name:
+        for node in nodes:
+            if node.name == name:
+                return node
     mine = {str(ipaddress.ip_address(a.split("%")[0])) for a in addresses}
-    for node in nodes:
-        for address in node.addresses:
-            try:
-                if str(ipaddress.ip_address(address)) in mine:
-                    return node
-            except ValueError:
-                continue
-    return None
+    found = [node for node in nodes if mine & node.ip_addresses]
+    if len(found) <= 1:
+        return found[0] if found else None
+    host = hostname.strip().lower()
+    named = [node for node in found
+             if host and node.name.lower() in (host, host.split(".")[0])]
+    if len(named) == 1:
+        return named[0]
+    both = " and ".join(node.name for node in found)
+    shared = sorted(mine & set.intersection(*(node.ip_addresses for node in found)))
+    raise AmbiguousNode(
+        f"Nodes {both} both have this machine's address {', '.join(shared) or '(one each)'} "
+        f"and neither is named {hostname or 'as this machine'}: delete the stale one "
+        "(kubectl delete node NAME)")
 
 
 def allocation_advice(subnet_len: Optional[int], ipv6_subnet_len: Optional[int]) -> str:
@@ -102,7 +139,9 @@ def pod_cidr_problem(node: Node, networks: Iterable[tuple], advice: str) -> Opti
     for text in node.pod_cidrs:
         cidr = ipaddress.ip_network(text, strict=False)
         mine = [(n, length) for n, length in served if cidr.version == n.version]
-        if not mine or not cidr.subnet_of(mine[0][0]):
+        if not mine:
+            continue   # a family flannel does not serve (a Node from dual-stack days)
+        if not cidr.subnet_of(mine[0][0]):
             return (f"Node {node.name}'s pod CIDR {cidr} is outside flannel's "
                     f"{', '.join(str(n) for n, _ in served)}: kube-controller-manager's "
                     "--cluster-cidr must be the cidr flannel publishes (restart it after a "
@@ -124,17 +163,25 @@ def pod_cidr_problem(node: Node, networks: Iterable[tuple], advice: str) -> Opti
 
 def lease_of(node: Node) -> Optional[Lease]:
     """A Node as flanneld's kube subnet manager leases it, in the shape of
-    an etcd lease (the actions list and probe both alike): its pod CIDRs,
-    and from flanneld's annotations its addresses and VTEPs; None for a
-    Node flanneld has not annotated (it is not in the overlay). An IPv6-only
-    Node's lease is keyed by its IPv6 pod CIDR, with its IPv6 address and
-    VTEP where an etcd lease has the IPv4 ones."""
+    an etcd lease (the actions list and probe both alike): its pod CIDRs of
+    each family flanneld annotated it for (public-ip, public-ipv6), with
+    those addresses and VTEPs; None for a Node flanneld has not annotated
+    (it is not in the overlay). An IPv6-only lease (a Node flanneld serves
+    IPv6 alone, whatever pod CIDRs it has) is keyed by its IPv6 pod CIDR,
+    with its IPv6 address and VTEP where an etcd lease has the IPv4 ones."""
     annotations = dict(node.annotations)
     if annotations.get(ANNOTATION_PREFIX + "kube-subnet-manager") != "true":
         return None
-    subnets = {ipaddress.ip_network(c, strict=False).version: c for c in node.pod_cidrs}
-    if 4 in subnets:
-        subnet, ipv6_subnet = subnets[4], subnets.get(6)
+    subnets = {}
+    for text in node.pod_cidrs:
+        try:
+            subnets.setdefault(ipaddress.ip_network(text, strict=False).version, text)
+        except ValueError:
+            continue
+    served = {4: ANNOTATION_PREFIX + "public-ip" in annotations,
+              6: ANNOTATION_PREFIX + "public-ipv6" in annotations}
+    if 4 in subnets and (served[4] or not served[6]):
+        subnet, ipv6_subnet = subnets[4], subnets.get(6) if served[6] else None
         names = {"PublicIP": "public-ip", "PublicIPv6": "public-ipv6",
                  "BackendData": "backend-data", "BackendV6Data": "backend-v6-data"}
     elif 6 in subnets:   # IPv6-only

@@ -26,6 +26,8 @@ VXLAN_OVERHEAD = 50
 # vxlan over IPv6 costs 20 bytes more: Linux caps flannel-v6.<VNI> at its
 # interface's MTU less 70, below the MTU flanneld asks for (FLANNEL_MTU).
 VXLAN_V6_EXTRA_OVERHEAD = 20
+# IPv6's smallest link MTU (RFC 8200): Linux takes IPv6 off a device below it.
+IPV6_MIN_MTU = 1280
 
 Address = Union[ipaddress.IPv4Interface, ipaddress.IPv6Interface]
 
@@ -233,6 +235,16 @@ class NetworkConfig:
             return underlay_mtu
         wire = self.backend.mtu or underlay_mtu
         return int(wire) - VXLAN_OVERHEAD if wire else None
+
+    def pods_mtu(self, underlay_mtu: Optional[int]) -> Optional[int]:
+        """The MTU pods get (the conflist's, steps/cni.py): flanneld's
+        (pod_mtu), or with IPv6 over vxlan what flannel-v6.<VNI> carries on
+        that interface, which Linux caps 20 bytes under flanneld's MTU
+        (vxlan over IPv6 costs 70): a pod's larger IPv6 packet would cross
+        only by "packet too big", and not at all where that is filtered.
+        One MTU serves both families of a pod."""
+        pods = self.pod_mtu(underlay_mtu)
+        return vxlan_v6_device_mtu(pods, underlay_mtu) if self.vxlan_v6_link else pods
 
     def vxlan_mtus(self, underlay_mtu: Optional[int]) -> dict[str, Optional[int]]:
         """The vxlan devices flanneld makes for this config, each with the MTU

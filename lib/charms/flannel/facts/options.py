@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
-from .netconfig import HOST_GW, VXLAN, VXLAN_OVERHEAD, Backend, NetworkConfig
+from .netconfig import HOST_GW, IPV6_MIN_MTU, VXLAN, VXLAN_OVERHEAD, Backend, NetworkConfig
 
 BACKENDS = (VXLAN, HOST_GW)
 # Where flanneld keeps the leases: etcd (flanneld's -etcd-* flags) or the
@@ -41,6 +41,8 @@ MAX_VNI_WITH_IPV6 = 9_999
 # at least the IPv6Network's prefix + 2; the network at most a /124.
 MAX_IPV6_SUBNET_LEN = 126
 DEFAULT_IPV6_SUBNET_LEN = 64
+# flanneld's SubnetLen when a config gives none (pkg/subnet/config.go)
+DEFAULT_SUBNET_LEN = 24
 MAX_PORT = 65535
 VXLAN_KERNEL_PORT = 8472  # what port 0 means to flanneld's vxlan backend
 # A pod link below IPv4's minimum datagram size (RFC 791) breaks IPv4 itself.
@@ -116,15 +118,13 @@ class NetworkOptions:
     tx_checksum_off: Optional[bool] = None
     subnet_manager: str = ETCD   # etcd | kubernetes: not part of the network config
 
-    @property
-    def on_kubernetes(self) -> bool:
-        return self.subnet_manager == KUBERNETES
-
     def network_config(self) -> NetworkConfig:
         """The network config these options ask etcd to hold."""
         vxlan = self.backend == VXLAN
         return NetworkConfig(
-            network=self.cidr, subnet_len=self.subnet_len,
+            # IPv6-only: no IPv4 subnets, and flanneld's SubnetLen default, so
+            # that the config written reads back as the same (facts/netconfig.py)
+            network=self.cidr, subnet_len=self.subnet_len if self.cidr else DEFAULT_SUBNET_LEN,
             backend=Backend(type=self.backend, vni=self.vni if vxlan else 1,
                             port=self.port if vxlan else 0, mtu=self.mtu if vxlan else 0,
                             direct_routing=self.direct_routing and vxlan),
@@ -175,6 +175,12 @@ def parse_options(config: Mapping[str, object]) -> NetworkOptions:
                 "ipv6-subnet-len", f"{ipv6_subnet_len} is out of range; use a prefix length "
                                    f"from 1 to {MAX_IPV6_SUBNET_LEN}")
         _check_ipv6_combination(ipv6_cidr, ipv6_subnet_len, vni, backend)
+        if mtu and mtu - VXLAN_OVERHEAD < IPV6_MIN_MTU:
+            raise InvalidOption(
+                "mtu", f"{mtu} leaves pods {mtu - VXLAN_OVERHEAD} bytes, less than IPv6's "
+                       f"{IPV6_MIN_MTU} (Linux takes IPv6 off a smaller device); use at least "
+                       f"{IPV6_MIN_MTU + VXLAN_OVERHEAD} with ipv6-cidr, or 0 for the "
+                       "interface's")
 
     nftables = _parse_bool("enable-nftables", get("enable-nftables"))
     tx_checksum_off = _parse_offload(get("disable-vxlan-tx-checksumming"))

@@ -70,6 +70,8 @@ class Paths:
     kubeconfig: Path = Path("/root/.kube/config")
     # flanneld's network config in subnet-manager=kubernetes (-net-config-path)
     net_conf_dir: Path = Path("/etc/flannel")
+    # the machine's name, which kubelet registers its Node under by default
+    hostname: Path = Path("/etc/hostname")
 
     @classmethod
     def under(cls, root: os.PathLike) -> "Paths":

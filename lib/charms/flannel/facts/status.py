@@ -52,7 +52,9 @@ class Problem(Enum):
     KERNEL = ("kernel", BLOCKED, 47)            # br_netfilter not loaded, and modprobe failed
     NO_ETCD = ("no-etcd", BLOCKED, 50)
     NO_KUBECONFIG = ("no-kubeconfig", WAITING, 55)   # subnet-manager=kubernetes, none yet
-    POD_CIDR = ("pod-cidr", BLOCKED, 56)        # the Node has no pod CIDR flannel can serve
+    KUBE_ACCESS = ("kube-access", BLOCKED, 56)  # a kubeconfig that cannot work, 401, 403
+    NODE = ("node", BLOCKED, 57)                # two Nodes could be this machine
+    POD_CIDR = ("pod-cidr", BLOCKED, 58)        # the Node has no pod CIDR flannel can serve
     KUBE = ("kube", WAITING, 62)                # the API unreachable, or this Node not found
     ETCD_CREDENTIALS = ("etcd-credentials", WAITING, 60)
     ETCD = ("etcd", WAITING, 61)                # away, refusing, or publishing garbage
@@ -87,14 +89,9 @@ class Problem(Enum):
 # still shows it); the others are seen afresh by every hook.
 RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem.NETWORK,
             Problem.IFACE, Problem.IPV6, Problem.COMMANDS, Problem.KERNEL, Problem.ETCD,
-            Problem.POD_CIDR, Problem.KUBE,
+            Problem.POD_CIDR, Problem.KUBE, Problem.KUBE_ACCESS, Problem.NODE,
             Problem.BRIDGE, Problem.BRIDGE_STALE, Problem.OFFLOAD, Problem.OUT_OF_SUBNETS,
             Problem.UNROUTABLE, Problem.RESTARTS)
-
-# Problems only one subnet manager's steps find: a hook in the other mode
-# clears them (no step there would find them gone).
-ETCD_ONLY = (Problem.ETCD, Problem.OUT_OF_SUBNETS, Problem.UNROUTABLE, Problem.RESTARTS)
-KUBERNETES_ONLY = (Problem.POD_CIDR, Problem.KUBE)
 
 
 @dataclass(frozen=True)

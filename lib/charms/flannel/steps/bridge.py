@@ -39,3 +39,16 @@ def run(ctx: HookContext, lease: Optional[SubnetEnv], *, flanneld_started: bool)
                      "starts until it goes (tried again at every hook)".format(
                          pod_bridge.POD_BRIDGE, ", ".join(map(str, settled.failed)))
                      if settled.failed else None)
+
+
+def give_up_lease(ctx: HookContext) -> list:
+    """flanneld's lease (subnet.env's) is gone for good, flanneld stopped (a
+    subnet-manager change, a removal while a backend change waits): its
+    gateways off cni0, so that the next lease's gateway can join the
+    bridge, and subnet.env removed. Returns the gateways taken off."""
+    lease = ctx.lease()
+    removed = [gateway for gateway in (lease.gateways if lease else ())
+               if pod_bridge.delete_address(ctx.machine, gateway)]
+    if ctx.paths.subnet_env.exists():
+        ctx.paths.subnet_env.unlink()
+    return removed

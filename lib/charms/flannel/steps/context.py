@@ -25,7 +25,7 @@ from ..adapters.systemd import ServiceState, Systemd
 from ..facts import host_network
 from ..facts.flanneld import READY_GRACE, offers_readyz
 from ..facts.netconfig import NetworkConfig
-from ..facts.options import KUBERNETES, InvalidOption, NetworkOptions, parse_options
+from ..facts.options import InvalidOption, NetworkOptions, parse_options
 from ..facts.paths import SERVICE_NAME, Paths, install_record_dir
 from ..facts.subnet_env import SubnetEnv
 from .unit_state import UnitState
@@ -122,29 +122,11 @@ class HookContext:
         parsed = self._parsed_options
         return parsed if isinstance(parsed, InvalidOption) else None
 
-    @property
-    def on_kubernetes(self) -> bool:
-        """subnet-manager=kubernetes: the option's, or while an option is
-        invalid, the mode the network was last configured in."""
-        options = self.options
-        if options is not None:
-            return options.on_kubernetes
-        return self.state.subnet_manager == KUBERNETES
-
     # --- what the charm remembers -------------------------------------------------------
     @property
     def confirmed(self) -> Optional[NetworkConfig]:
         """The network etcd was last confirmed to hold: the one flanneld runs."""
         return NetworkConfig.parse(self.state.confirmed_network)
-
-    def published_network(self) -> Optional[NetworkConfig]:
-        """The network the principal is told of: the one etcd confirmed, or
-        on the Kubernetes API the options' (what kube-controller-manager
-        allocates from), while they are valid."""
-        options = self.options
-        if self.on_kubernetes and options is not None:
-            return options.network_config()
-        return self.confirmed
 
     @functools.cached_property
     def record(self) -> InstallRecord:
@@ -182,8 +164,12 @@ class HookContext:
             bindings = self.juju.bind_addresses("cni")
         except Exception:   # an old Juju, or no binding: the default route's
             bindings = []
+        # without a binding, flanneld's own choice: the default route's, of
+        # IPv6 first when it runs IPv6-only
+        options = self.options
+        families = (6, 4) if options is not None and options.cidr is None else (4, 6)
         return host_network.binding_interface(
-            bindings, lambda: machine_links.default_route_interface(self.machine))
+            bindings, lambda: machine_links.default_route_interface(self.machine, families))
 
     def flanneld_iface(self, options: Optional[NetworkOptions]) -> str:
         """What flanneld's -iface names: the option, else the binding's
@@ -307,13 +293,24 @@ class HookContext:
 
     def kube_api(self, timeout: float = 5.0):
         """The Kubernetes API through root's kubeconfig (adapters/kube_api.py's
-        KubeApi, a context manager). Raises KubeUnavailable."""
+        KubeApi, a context manager). Raises KubeUnavailable (KubeRefused
+        for a kubeconfig that cannot work)."""
         from ..adapters.kube_api import KubeApi, read_kubeconfig
         from ..facts.kube_nodes import KubeUnavailable
         text = self.kubeconfig
         if text is None:
             raise KubeUnavailable(f"there is no {self.paths.kubeconfig}")
-        return KubeApi(read_kubeconfig(text.decode(errors="replace")), timeout=timeout)
+        access = read_kubeconfig(text.decode(errors="replace"), str(self.paths.kubeconfig.parent))
+        return KubeApi(access, timeout=timeout)
+
+    @functools.cached_property
+    def hostname(self) -> str:
+        """This machine's hostname (/etc/hostname), which kubelet registers
+        its Node under unless told otherwise; "" if unreadable."""
+        try:
+            return self.paths.hostname.read_text().strip()
+        except OSError:
+            return ""
 
     def machine_addresses(self) -> list[str]:
         """Every global address of the machine's links ("172.16.0.5")."""

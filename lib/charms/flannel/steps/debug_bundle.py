@@ -49,7 +49,7 @@ def collect(ctx: HookContext, *, journal_lines: int) -> dict[str, str]:
             for family, name in nftables.flannel_tables(machine)) or "(no flannel nft table)\n"
     except (OSError, subprocess.SubprocessError) as error:
         entries["nftables.txt"] = f"(could not list nft tables: {error})\n"
-    entries["etcd.json"] = etcd_view(ctx)
+    entries["leases.json"] = leases_view(ctx)
     entries["unit-state.json"] = unit_state(ctx.state)
     return entries
 
@@ -62,7 +62,8 @@ def flannel_rules(machine, command: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def etcd_view(ctx: HookContext) -> str:
+def leases_view(ctx: HookContext) -> str:
+    """The network flanneld runs, and every lease where it keeps them."""
     config = ctx.confirmed
     try:
         found = known_leases(ctx)
@@ -72,8 +73,9 @@ def etcd_view(ctx: HookContext) -> str:
                   for lease, ttl in found.lifetimes]
     except LeasesUnreadable as error:
         leases = str(error)
-    return json.dumps({"network-config (as etcd last confirmed it)":
-                       config.to_json() if config else None, "leases": leases},
+    return json.dumps({"network-config (as flanneld runs it)":
+                       config.to_json() if config else None,
+                       "subnet-manager": ctx.state.subnet_manager, "leases": leases},
                       indent=2, sort_keys=True) + "\n"
 
 

@@ -1,11 +1,8 @@
-"""The check-network and list-leases actions: what etcd holds, and from this
-node, whether every other node's lease can be reached (facts/diagnosis.py
-says what the measurements mean). Both read only: no file, flag, key or
-rule changes.
-
-etcd is reached the way the stop hook reaches it: the endpoints the unit
-last wrote to and the client files on disk, so an action works in any
-state the unit is in, the etcd relation's hooks aside.
+"""The check-network and list-leases actions: every lease where flanneld
+keeps them (etcd, or the Nodes: steps/subnets), and from this node,
+whether every other node's lease can be reached (facts/diagnosis.py says
+what the measurements mean). Both read only: no file, flag, key or rule
+changes.
 """
 from __future__ import annotations
 
@@ -17,9 +14,10 @@ from ..adapters import probes
 from ..facts.diagnosis import (BROKEN, ECHOES, MORE_ECHOES, Echoes, Finding, PathProbe, Peer,
                                Verdict, diagnose, earlier_lease_of_this_node, gateway,
                                largest_crossing, summary)
-from ..facts.etcd_keys import EtcdUnavailable, Lease
+from ..facts.etcd_keys import Lease
 from ..facts.netconfig import VXLAN
 from ..facts.paths import SERVICE_NAME
+from . import subnets
 from .context import HookContext
 
 # Probes in flight at once (each mostly waits for an answer)
@@ -73,44 +71,13 @@ def peers_of(lease: Lease, units: dict, *, ipv6: bool, expires_in: Optional[int]
     return found
 
 
-@dataclass(frozen=True)
-class EtcdLeases:
-    lifetimes: list            # (Lease, seconds left or None), every lease
-    units: dict                # (IPv4 subnet, address) -> the unit that named itself its holder
+def known_leases(ctx: HookContext) -> subnets.Leases:
+    """Every lease, its seconds left and its holder, where flanneld runs.
+    Raises LeasesUnreadable."""
+    return subnets.leases_of(ctx)
 
 
-class LeasesUnreadable(Exception):
-    """Where the leases are kept cannot be read: "cannot reach <where>: <reason>"."""
-
-    def __init__(self, where: str, reason: str):
-        super().__init__(f"cannot reach {where}: {reason}")
-        self.where, self.reason = where, reason
-
-
-def known_leases(ctx: HookContext) -> EtcdLeases:
-    """Every lease, its seconds left and its unit: etcd's, or with
-    subnet-manager=kubernetes the annotated Nodes' (no expiry; the Node's
-    name for the unit). Raises LeasesUnreadable."""
-    if ctx.on_kubernetes:
-        from ..facts.kube_nodes import KubeUnavailable, lease_of
-        try:
-            with ctx.kube_api() as api:
-                nodes = api.nodes()
-        except KubeUnavailable as error:
-            raise LeasesUnreadable("the Kubernetes API", error.reason) from None
-        held = [(lease_of(node), node.name) for node in nodes]
-        return EtcdLeases([(lease, None) for lease, _ in held if lease],
-                          {(lease.subnet, lease.public_ip): name for lease, name in held if lease})
-    endpoints = ctx.remembered_etcd
-    if endpoints is None:
-        raise LeasesUnreadable("etcd", "this unit has not written to etcd yet (no etcd "
-                                       "relation?)")
-    try:
-        with ctx.etcd_store(endpoints, timeout=5.0, remember=False) as store:
-            return EtcdLeases(store.lease_lifetimes(), store.unit_names())
-    except EtcdUnavailable as error:
-        raise LeasesUnreadable("etcd", error.reason.removeprefix("cannot reach etcd: ")) \
-            from None
+LeasesUnreadable = subnets.LeasesUnreadable
 
 
 def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
@@ -135,13 +102,9 @@ def check_network(ctx: HookContext, *, timeout: float) -> NetworkReport:
         return report
     leases = [held for held, _ in found.lifetimes]
     if not any(held.subnet == own for held in leases):
-        if ctx.on_kubernetes:   # (flanneld annotates its Node as it starts)
-            gone = ("gone from its Node's annotations: flanneld writes them again when it "
-                    "restarts (systemctl restart flannel)")
-        else:
-            gone = "gone from etcd: flanneld leases again when it restarts (update-status " \
-                   "restarts it)"
-        report.own_problems.append(f"this node's lease of {own} is {gone}")
+        report.own_problems.append(
+            f"this node's lease of {own} is gone from {subnets.lease_home(ctx)}: flanneld "
+            "leases again when it restarts (update-status restarts it)")
     peers = [peer for held, left in found.lifetimes if held.subnet != own
              for peer in peers_of(held, found.units, ipv6=lease.ipv6_subnet is not None,
                                   expires_in=left)]

@@ -18,12 +18,12 @@ from ..adapters import iptables, kernel_modules, links, nftables, pod_bridge, vx
 from ..adapters.node_files import read_subnet_env
 from ..facts import commands
 from ..facts.digest import digest
-from ..facts.etcd_keys import EtcdUnavailable, parse_endpoints
 from ..facts.flanneld import inputs_digest
 from ..facts.netconfig import NetworkConfig
 from ..facts.paths import MODULES_LOAD_MODE, SERVICE_FILE_MODE, SERVICE_NAME
 from ..facts.status import Problem
 from ..facts.subnet_env import SubnetEnv
+from . import subnets
 from .context import HookContext
 from .flags import NETWORK_CONFIGURED, SERIES_UPGRADE, SERVICE_RUNNING
 from .network import interface_problems
@@ -33,18 +33,14 @@ FLAG = SERVICE_RUNNING
 
 
 def unit_file_inputs(ctx: HookContext) -> Optional[str]:
-    """What the unit file says: etcd's endpoints (or the Node's name),
-    flanneld's interface, the template."""
-    if ctx.options is None:
+    """What the unit file says: how flanneld runs on its subnet manager
+    (etcd's endpoints, or the Node's name), flanneld's interface, the
+    template."""
+    mode = subnets.running(ctx)
+    on = mode.flanneld(Outcome()) if mode is not None and ctx.options is not None else None
+    if on is None:
         return None
-    if ctx.on_kubernetes:
-        where = f"kubernetes {ctx.state.node_name}"
-    else:
-        etcd = ctx.juju.etcd()
-        if etcd is None:
-            return None
-        where = etcd.connection_string
-    return digest(where, ctx.flanneld_iface(ctx.options),
+    return digest(on.where, ctx.flanneld_iface(ctx.options),
                   ctx.template_digest("flannel.service"))
 
 
@@ -69,23 +65,17 @@ def run(ctx: HookContext) -> Outcome:
         out.found(Problem.KERNEL, ensure_br_netfilter(ctx, ipv6=options.ipv6_cidr is not None))
         if any(out.problems.values()):
             return out   # blocked; flanneld runs on as it was
-    endpoints = None
-    if not ctx.on_kubernetes:
-        etcd = ctx.juju.etcd()
-        if etcd is None:
-            return out   # waiting for etcd's client credentials (the status says so)
-        try:
-            # relation data is input: only parsed endpoints reach the unit file
-            endpoints = parse_endpoints(etcd.connection_string)
-        except EtcdUnavailable as problem:
-            return out.found(Problem.ETCD, problem.reason)
-    confirmed = ctx.confirmed
-    if confirmed is None:   # a flag set by someone else (charm-flannel's): not this charm's
+    mode, confirmed = subnets.running(ctx), ctx.confirmed
+    if mode is None or confirmed is None:
+        # a flag set by someone else (charm-flannel's): not this charm's
         return out.clear(NETWORK_CONFIGURED)
+    on = mode.flanneld(out)
+    if on is None:
+        return out   # waiting for the mode (its status says so)
     if options is not None:
-        install_unit_file(ctx, endpoints)
+        install_unit_file(ctx, on)
     load_unit_file(ctx)
-    if restart_if_changed(ctx, confirmed, out):
+    if restart_if_changed(ctx, confirmed, on, mode, out):
         ctx.forget_flanneld()
         ctx.state.v011_rules = None   # dropped while flanneld was stopped
     return out.set(SERVICE_RUNNING)
@@ -111,7 +101,7 @@ def ensure_br_netfilter(ctx: HookContext, *, ipv6: bool) -> Optional[str]:
             "this machine")
 
 
-def install_unit_file(ctx: HookContext, endpoints) -> None:
+def install_unit_file(ctx: HookContext, on: subnets.FlanneldOn) -> None:
     """Render flannel.service when what it says changed (jinja2 only then)."""
     inputs = unit_file_inputs(ctx)
     state, record = ctx.state, ctx.record
@@ -120,14 +110,11 @@ def install_unit_file(ctx: HookContext, endpoints) -> None:
     if state.unit_file_inputs == inputs and record.holds(ctx.paths.service_file):
         return
     from ..adapters import render
-    files, paths = ctx.client_files, ctx.paths
-    kube = (str(paths.kubeconfig), str(paths.net_conf), ctx.state.node_name) \
-        if ctx.on_kubernetes else None
+    paths = ctx.paths
     unit_file = render.render_service(
-        ctx.templates, endpoints=endpoints or "", ca_file=files.ca_file,
-        cert_file=files.cert_file, key_file=files.key_file,
+        ctx.templates, subnet_manager=on.arguments, preamble=on.preamble,
         iface=ctx.flanneld_iface(ctx.options), flanneld=paths.flanneld,
-        subnet_file=paths.subnet_env, kube=kube)
+        subnet_file=paths.subnet_env)
     rewritten = record.install(ctx.paths.service_file, unit_file.encode(), SERVICE_FILE_MODE,
                                sole=True)
     if rewritten and state.unit_file_inputs == inputs:
@@ -152,19 +139,15 @@ def load_unit_file(ctx: HookContext) -> bool:
     return True
 
 
-def flanneld_inputs(ctx: HookContext, confirmed: NetworkConfig) -> str:
+def flanneld_inputs(ctx: HookContext, confirmed: NetworkConfig, on: subnets.FlanneldOn) -> str:
     """One digest of everything flanneld reads at start."""
-    files, record, paths = ctx.client_files, ctx.record, ctx.paths
-    if ctx.on_kubernetes:   # the kubeconfig is the principal's: its bytes, not a record's
-        read = (record.checksum(paths.flanneld), record.checksum(paths.service_file),
-                record.checksum(paths.net_conf), ctx.kubeconfig_checksum)
-    else:
-        read = (record.checksum(p) for p in (paths.flanneld, paths.service_file,
-                                             files.ca_file, files.cert_file, files.key_file))
+    record, paths = ctx.record, ctx.paths
+    read = (record.checksum(paths.flanneld), record.checksum(paths.service_file), *on.reads)
     return inputs_digest(read, confirmed.to_json())
 
 
-def restart_if_changed(ctx: HookContext, confirmed: NetworkConfig, out: Outcome) -> bool:
+def restart_if_changed(ctx: HookContext, confirmed: NetworkConfig, on: subnets.FlanneldOn,
+                       mode: subnets.SubnetManager, out: Outcome) -> bool:
     """(Re)start flanneld if its inputs changed since it last started, or it
     is not active (asked only when they did not); True if it did. While it
     is stopped: what the previous network left goes, flannel v0.11's rules
@@ -172,7 +155,7 @@ def restart_if_changed(ctx: HookContext, confirmed: NetworkConfig, out: Outcome)
     (a new public IP) its lease is given back, so that it takes the same
     subnet again."""
     state = ctx.state
-    wanted = flanneld_inputs(ctx, confirmed)
+    wanted = flanneld_inputs(ctx, confirmed, on)
     if state.flanneld_inputs == wanted and ctx.flanneld_active:
         return False
     out.say(f"flanneld inputs changed; (re)starting {SERVICE_NAME}")
@@ -202,7 +185,7 @@ def restart_if_changed(ctx: HookContext, confirmed: NetworkConfig, out: Outcome)
             out.say(f"Could not drop flannel v0.11's iptables rules: {error}")
     iface = ctx.flanneld_iface(ctx.options)
     if state.flanneld_iface not in (None, iface):
-        keep_subnet_for_new_address(ctx, state.flanneld_iface, iface, out)
+        mode.before_new_address(state.flanneld_iface, iface, out)
     state.flanneld_iface = iface
     ctx.systemd.do("start", SERVICE_NAME)
     state.flanneld_inputs = wanted
@@ -307,35 +290,6 @@ def forget_other_mode_rules(ctx: HookContext, config: NetworkConfig) -> list[str
     if config.nftables:
         return iptables.remove_iptables_rules(ctx.machine)
     return nftables.remove_nft_tables(ctx.machine)
-
-
-def keep_subnet_for_new_address(ctx: HookContext, old_iface: Optional[str], new_iface: str,
-                                out: Outcome) -> None:
-    """flanneld keys its lease by its public IP: restarted on another
-    interface (an `iface` change, a binding that moved) it would find no
-    lease of its own and lease a new subnet, and cni0's gateway of the old
-    one makes the bridge plugin refuse every new pod. With the old lease
-    given back while flanneld is stopped, flanneld takes the subnet its
-    subnet.env names again: pods keep their addresses and new ones start at
-    once. Only a lease this machine holds is given back. Best effort."""
-    lease = ctx.lease()
-    etcd = ctx.juju.etcd()
-    if lease is None or etcd is None:
-        return
-    subnet = str(lease.primary.network)
-    mine = {str(a.ip) for link in ctx.links for a in link.addresses}
-    try:
-        with ctx.etcd_store(etcd.connection_string, timeout=3.0) as store:
-            given = store.give_lease_back(subnet, held_by=mine)
-    except (EtcdUnavailable, OSError, ValueError) as error:
-        out.say(f"Could not give the lease of {subnet} back: "
-                f"{getattr(error, 'reason', error)}", True)
-        return
-    if given:
-        out.say("flanneld moves from {} to {}: gave the lease of {} back so that it leases the "
-                "same subnet under its new address".format(
-                    old_iface or "the default route's interface",
-                    new_iface or "the default route's interface", subnet))
 
 
 # --- a series upgrade ---------------------------------------------------------------------

@@ -11,6 +11,7 @@ from ..adapters import node_files
 from ..facts.flanneld import defects_note
 from ..facts.status import Problem, Status, choose, record_text
 from ..facts.subnet_env import SubnetEnv
+from . import subnets
 from .context import HookContext
 
 
@@ -19,9 +20,6 @@ class Seen:
     """What the flags say, as the handler read them."""
     installed: bool = False
     series_upgrade: bool = False
-    etcd_related: bool = False
-    etcd_ready: bool = False           # etcd published its endpoints and TLS material
-    leases_reachable: bool = False     # etcd ready, or root's kubeconfig there (kubernetes)
     network_configured: bool = False
     service_started: bool = False      # flanneld started with its current inputs
     cni_configured: bool = False
@@ -33,25 +31,19 @@ def gather(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> list:
     confirmed = ctx.confirmed
     leased = lease is not None and confirmed is not None and confirmed.holds(lease)
     # (update-status finds a network out of subnets; flanneld, restarted by
-    # systemd, may lease one any time a lease expires)
+    # systemd, may lease one any time a lease expires); a mode neither wanted
+    # nor running has no step to find its problems gone
+    hidden = subnets.hidden_problems(ctx)
     found = [(problem, record_text(text) if problem is Problem.RECORD else text)
              for problem, text in ctx.state.recorded_problems()
-             if not (problem is Problem.OUT_OF_SUBNETS and leased)]
+             if not (problem is Problem.OUT_OF_SUBNETS and leased) and problem not in hidden]
     if seen.series_upgrade:
         found.append((Problem.SERIES_UPGRADE, None))
     if not seen.installed:
         found.append((Problem.INSTALLING, None))
     if ctx.invalid_option is not None:
         found.append((Problem.OPTIONS, str(ctx.invalid_option)))
-    if ctx.on_kubernetes:   # etcd is not needed
-        if not seen.leases_reachable:
-            found.append((Problem.NO_KUBECONFIG, None))
-    # related = the relation exists: before etcd's unit joins (a new unit's
-    # hooks up to start) the unit waits for it; blocked only without one
-    elif not seen.etcd_related:
-        found.append((Problem.NO_ETCD, None))
-    elif not seen.etcd_ready:
-        found.append((Problem.ETCD_CREDENTIALS, None))
+    found += subnets.wanted(ctx).waiting()
     if not seen.network_configured:
         found.append((Problem.NETWORK_PENDING, None))
     if not (seen.service_started and ctx.flanneld_active):

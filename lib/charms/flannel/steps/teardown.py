@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Callable, Optional
+from typing import Callable
 
 from ..adapters import iptables, links, nftables, pod_bridge, vxlan
 from ..facts.etcd_keys import EtcdUnavailable
 from ..facts.kube_nodes import KubeUnavailable
-from ..facts.options import KUBERNETES
 from ..facts.paths import SERVICE_NAME
 from ..facts.status import BLOCKED, MAINTENANCE, Problem, Status
+from . import bridge, subnets
 from .context import HookContext
 from .flags import OWN, STOPPED
 from .outcome import Outcome
@@ -55,10 +55,16 @@ def run(ctx: HookContext, *, masked: bool, remove_nrpe_check: Callable[[], None]
         for line in lines:
             out.say(f"{prefix}{line}")
 
-    best_effort("release the lease", lambda: release_lease_for_backend_change(ctx, out))
-    best_effort("take this unit's name out of etcd", lambda: forget_registration(ctx, out))
-    best_effort("take flanneld's annotations off this Node",
-                lambda: forget_node_annotations(ctx, out))
+    mode, changing = subnets.running(ctx), backend_change_waits(ctx)
+    if mode is not None:
+        # the lease kept for a unit added back (its pods keep their addresses),
+        # but while a backend change waits for every node to leave
+        best_effort(f"leave subnet-manager={mode.name}",
+                    lambda: mode.leave(out, keep_lease=not changing))
+    if changing:
+        # the next lease differs (whoever gave this one back): its gateway could
+        # not join a bridge holding this one
+        best_effort("take the lease's gateway off cni0", lambda: bridge.give_up_lease(ctx))
     best_effort("delete flanneld's vxlan devices",
                 lambda: vxlan.delete_vxlan_links(ctx.machine))
     # flanneld cleans its iptables rules when it starts, not when it exits
@@ -104,59 +110,10 @@ def run(ctx: HookContext, *, masked: bool, remove_nrpe_check: Callable[[], None]
     return out
 
 
-def forget_registration(ctx: HookContext, out: Outcome) -> None:
-    """Delete the unit's name beside its lease (etcd_look.register): the
-    lease itself stays its 24 h, so that a unit added back keeps the
-    subnet, and list-leases shows it held by no unit meanwhile."""
-    endpoints = ctx.remembered_etcd
-    if not ctx.state.registered_lease or endpoints is None:
-        return
-    try:
-        with ctx.etcd_store(endpoints, timeout=3.0) as store:
-            store.forget_unit(ctx.juju.unit)
-    except EtcdUnavailable as error:
-        out.say(f"Could not take this unit's name out of etcd: {error.reason}", True)
-
-
-def forget_node_annotations(ctx: HookContext, out: Outcome) -> None:
-    """subnet-manager=kubernetes: what flanneld wrote on this machine's Node
-    (its flannel.alpha.coreos.com/ annotations, its NetworkUnavailable
-    condition) taken off, which flanneld never does: the Node is left as
-    flannel found it."""
-    node = ctx.state.node_name
-    if ctx.state.subnet_manager != KUBERNETES or not node:
-        return
-    with ctx.kube_api(timeout=3.0) as api:
-        removed = api.forget_flanneld(node)
-    if removed:
-        out.say(f"Removed flanneld's {', '.join(removed)} from Node {node}")
-
-
-def release_lease_for_backend_change(ctx: HookContext, out: Outcome) -> Optional[str]:
-    """While a backend change waits for every node to leave, give this
-    node's lease back: flanneld does not on stop, and a lease lives 24 h,
-    during which the change stays refused. Without such a change the lease
-    is kept, so that a unit added back gets the same subnet and the pods
-    here keep their addresses. Returns the subnet given back. etcd may be
-    gone already (logged)."""
+def backend_change_waits(ctx: HookContext) -> bool:
+    """The options' backend is not the one flanneld runs: the change waits
+    for every node to give its lease up (steps/network.py refuses it until
+    then), and this node's would otherwise live on for 24 h."""
     options, confirmed = ctx.options, ctx.confirmed
-    if options is None or confirmed is None or \
-            options.network_config().backend.type == confirmed.backend.type:
-        return None   # (and etcd3gw, 0.15 s of imports, stays unloaded)
-    lease, endpoints = ctx.lease(), ctx.remembered_etcd
-    if lease is None or endpoints is None:
-        return None
-    subnet = str(lease.primary.network)
-    try:
-        with ctx.etcd_store(endpoints, timeout=3.0) as store:
-            released = store.give_lease_back(subnet)
-    except EtcdUnavailable as error:
-        out.say(f"Could not release the lease of {subnet}: {error.reason}", True)
-        return None
-    if released:
-        out.say(f"Released the lease of {subnet} in etcd")
-    # The next lease differs (whoever gave this one back): its gateway could
-    # not join a bridge holding this one.
-    for gateway in lease.gateways:
-        pod_bridge.delete_address(ctx.machine, gateway)
-    return subnet if released else None
+    return options is not None and confirmed is not None and \
+        options.network_config().backend.type != confirmed.backend.type

@@ -1,8 +1,10 @@
-"""update-status's look at etcd (steps/etcd_look.py), against the session's
+"""update-status's supervision of a flanneld on etcd (steps/supervision.py
+and the etcd mode's look, steps/subnets/etcd.py), against the session's
 real TLS etcd, a real subnet.env and, where routes matter, a real network
 namespace: what an idle hook must act on."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 
@@ -14,9 +16,11 @@ from charms.flannel.adapters.credentials import write_client_credentials
 from charms.flannel.adapters.machine import Machine
 from charms.flannel.facts.etcd_keys import DEFAULT_PREFIX, lease_key
 from charms.flannel.facts.status import Problem
-from charms.flannel.steps import etcd_look
+from charms.flannel.steps import supervision
 from charms.flannel.steps.context import EtcdRelation
-from charms.flannel.steps.etcd_look import EtcdHealth, look, own_lease
+from charms.flannel.steps.outcome import Outcome
+from charms.flannel.steps.subnets import LeaseLook
+from charms.flannel.steps.subnets.etcd import EtcdSubnets, own_lease
 from charms.flannel.steps.flags import NETWORK_CONFIGURED, SERVICE_RUNNING
 from sandbox.etcd import EtcdServer
 
@@ -46,6 +50,7 @@ def unit(tmp_path, etcd, pki, *, confirmed=NETWORK, env=SUBNET_ENV, machine=None
     ctx = stepkit.context(tmp_path, machine=machine or Machine(), hook="update-status",
                           etcd=relation, kv=state)
     ctx.state.confirmed_network = confirmed
+    ctx.state.subnet_manager = "etcd"
     write_client_credentials(ctx.record, ctx.paths, relation.ca, relation.cert, relation.key)
     if env is not None:
         ctx.paths.subnet_env.parent.mkdir(parents=True, exist_ok=True)
@@ -72,17 +77,24 @@ def test_own_lease_is_the_lease_subnet_env_names_if_it_is_of_the_confirmed_netwo
 
 # --- look ------------------------------------------------------------------------------------
 
+def look(ctx) -> tuple[LeaseLook, Outcome]:
+    """The etcd mode's look, and what it found on the way."""
+    out = Outcome()
+    return EtcdSubnets(ctx).look(out, flanneld_started=True), out
+
+
 def test_a_node_etcd_knows_is_healthy(etcd, pki, flannels_prefix, netns_machine, tmp_path):
     put(etcd, "config", NETWORK)
     put_lease(etcd, "10.1.52.0/24")
     ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
-    seen = look(ctx, etcd.connection_string)
+    seen, out = look(ctx)
     # (a lease of no address: no unit can be named its holder, nothing to write)
-    assert seen == EtcdHealth(answered=etcd.endpoint, leases=seen.leases)
-    assert seen.leases.subnets == ("10.1.52.0/24",)
+    assert seen == LeaseLook(others=())
+    assert out.problems == {Problem.ETCD: None, Problem.OUT_OF_SUBNETS: None}
+    assert out.clear_flags == [] and ctx.state.etcd_answered == etcd.endpoint
     # the list is remembered: the next look reads only its fingerprint
-    etcd_look.run(ctx, flanneld_started=True)
     assert ctx.state.lease_list["subnets"] == ["10.1.52.0/24"]
+    assert supervision.run(ctx, flanneld_started=True).clear_flags == []
 
 
 def test_a_unit_names_itself_beside_its_lease_once(etcd, pki, flannels_prefix, netns_machine,
@@ -95,7 +107,7 @@ def test_a_unit_names_itself_beside_its_lease_once(etcd, pki, flannels_prefix, n
     client.put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.11"}))
     ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
     for _ in range(2):
-        etcd_look.run(ctx, flanneld_started=True)
+        supervision.run(ctx, flanneld_started=True)
         [(value, meta)] = client.get(f"{DEFAULT_PREFIX}/units/flannel-0", metadata=True)
         assert json.loads(value) == {"unit": "flannel/0", "lease": "10.1.52.0/24",
                                      "public-ip": "172.31.254.11"}
@@ -108,7 +120,7 @@ def test_a_unit_names_itself_beside_its_lease_once(etcd, pki, flannels_prefix, n
         assert [lease.public_ip for lease, _ in store.lease_lifetimes()] == ["172.31.254.99"]
         assert ("10.1.52.0/24", "172.31.254.99") not in store.unit_names()
     client.delete_prefix(f"{DEFAULT_PREFIX}/")
-    etcd_look.run(ctx, flanneld_started=True)
+    supervision.run(ctx, flanneld_started=True)
     assert client.get(f"{DEFAULT_PREFIX}/units/flannel-0") == []
 
 
@@ -117,9 +129,10 @@ def test_an_etcd_rebuilt_empty_asks_for_the_config_and_the_lease_again(etcd, pki
                                                                        tmp_path):
     ctx = unit(tmp_path, etcd, pki)
     ctx.state.flanneld_inputs = "what flanneld was started with"
-    seen = look(ctx, etcd.connection_string)
-    assert (seen.problem, seen.config_missing, seen.lost_lease) == (None, True, "10.1.52.0/24")
-    out = etcd_look.run(ctx, flanneld_started=True)
+    seen, found = look(ctx)
+    assert (seen.unreachable, seen.lost) == (False, "etcd lost this node's lease of 10.1.52.0/24")
+    assert NETWORK_CONFIGURED in found.clear_flags
+    out = supervision.run(ctx, flanneld_started=True)
     assert NETWORK_CONFIGURED in out.clear_flags   # the network is written again
     assert SERVICE_RUNNING in out.clear_flags and ctx.state.flanneld_inputs is None
     assert ("etcd lost this node's lease of 10.1.52.0/24: restarting flanneld", True) in out.log
@@ -133,12 +146,11 @@ def test_a_lease_of_another_network_is_not_this_nodes_to_miss(etcd, pki, flannel
     flanneld is leasing anew, and no restart is asked for."""
     put(etcd, "config", {**NETWORK, "Network": "10.2.0.0/16"})
     ctx = unit(tmp_path / "a", etcd, pki, confirmed={**NETWORK, "Network": "10.2.0.0/16"})
-    seen = look(ctx, etcd.connection_string)
-    assert (seen.config_missing, seen.lost_lease) == (False, None)
-    assert etcd_look.run(ctx, flanneld_started=True).clear_flags == []
-    garbled = look(unit(tmp_path / "b", etcd, pki, env="FLANNEL_SUBNET=what\n"),
-                   etcd.connection_string)
-    assert garbled.problem is None and garbled.lost_lease is None
+    seen, found = look(ctx)
+    assert (found.clear_flags, seen.lost) == ([], None)
+    assert supervision.run(ctx, flanneld_started=True).clear_flags == []
+    garbled, found = look(unit(tmp_path / "b", etcd, pki, env="FLANNEL_SUBNET=what\n"))
+    assert found.problems[Problem.ETCD] is None and garbled.lost is None
 
 
 def test_etcd_away_is_a_problem_naming_it_and_nothing_else(etcd, pki, tmp_path):
@@ -146,9 +158,12 @@ def test_etcd_away_is_a_problem_naming_it_and_nothing_else(etcd, pki, tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     ctx = unit(tmp_path, etcd, pki)
-    seen = look(ctx, f"https://127.0.0.1:{port}", timeout=1.0)
-    assert seen.problem.startswith("cannot reach etcd: https://127.0.0.1:%d" % port)
-    assert (seen.config_missing, seen.lost_lease, seen.answered) == (False, None, None)
+    ctx.juju.etcd_relation = dataclasses.replace(ctx.juju.etcd_relation,
+                                                 connection_string=f"https://127.0.0.1:{port}")
+    seen, found = look(ctx)
+    assert found.problems[Problem.ETCD].startswith("cannot reach etcd: https://127.0.0.1:%d" % port)
+    assert (found.clear_flags, seen.lost, seen.unreachable) == ([], None, True)
+    assert ctx.state.etcd_answered is None
 
 
 def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(
@@ -159,16 +174,16 @@ def test_a_dual_stack_lease_is_found_under_flanneld_s_key_for_both_subnets(
     key = f"{DEFAULT_PREFIX}/subnets/10.1.52.0-24&fd10:1:0:5::-64"
     etcd_client(etcd).put(key, "{}")
     ctx = unit(tmp_path, etcd, pki, confirmed=DUAL, env=DUAL_ENV, machine=netns_machine)
-    assert look(ctx, etcd.connection_string).lost_lease is None
+    assert look(ctx)[0].lost is None
     etcd_client(etcd).delete(key)
-    assert look(ctx, etcd.connection_string).lost_lease == "10.1.52.0/24&fd10:1:0:5::/64"
+    assert look(ctx)[0].lost == "etcd lost this node's lease of 10.1.52.0/24&fd10:1:0:5::/64"
 
 
 def test_a_lease_of_the_other_ipv6_shape_is_being_re_leased_not_lost(
         etcd, pki, flannels_prefix, tmp_path):
     put(etcd, "config", DUAL)
     v4_only = unit(tmp_path, etcd, pki, confirmed=DUAL)   # IPv6 just turned on: leasing anew
-    assert look(v4_only, etcd.connection_string).lost_lease is None
+    assert look(v4_only)[0].lost is None
 
 
 def test_another_nodes_lease_without_a_route_here_restarts_flanneld(
@@ -194,17 +209,16 @@ def test_another_nodes_lease_without_a_route_here_restarts_flanneld(
         ip(["ip", "route", "add", subnet, "via", gateway, "dev", "flannel.1", "onlink"])
     ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
     ctx.state.flanneld_inputs = "what flanneld was started with"
-    seen = look(ctx, etcd.connection_string)
-    assert seen.unrouted == ("10.1.9.0/24",) and seen.lost_lease is None
-    out = etcd_look.run(ctx, flanneld_started=True)
+    seen, _ = look(ctx)
+    assert seen.others == ("10.1.7.0/24", "10.1.9.0/24") and seen.lost is None
+    out = supervision.run(ctx, flanneld_started=True)
     assert SERVICE_RUNNING in out.clear_flags and ctx.state.flanneld_inputs is None
     assert ("flanneld has no route to 10.1.9.0/24 that etcd leases: restarting flanneld",
             True) in out.log
     # a host-gw (or direct-routing) route counts as well
     ip(["ip", "route", "add", "10.1.9.0/24", "via", "172.31.254.13", "dev", "eth0"])
     later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
-    assert look(later, etcd.connection_string).unrouted == ()
-    assert etcd_look.run(later, flanneld_started=True).clear_flags == []
+    assert supervision.run(later, flanneld_started=True).clear_flags == []
 
 
 # --- the unit's name beside its lease, whatever took it away -----------------------------
@@ -218,7 +232,7 @@ def registered_unit(etcd, pki, netns_machine, tmp_path, public_ip="172.31.254.11
     put(etcd, "config", NETWORK)
     etcd_client(etcd).put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": public_ip}))
     ctx = unit(tmp_path, etcd, pki, machine=netns_machine)
-    etcd_look.run(ctx, flanneld_started=True)
+    supervision.run(ctx, flanneld_started=True)
     assert named(etcd) == {"unit": "flannel/0", "lease": "10.1.52.0/24", "public-ip": public_ip}
     return ctx
 
@@ -233,7 +247,7 @@ def test_a_rebuild_a_peer_noticed_first_gets_the_unit_named_again(etcd, pki, fla
     put(etcd, "config", NETWORK)   # the peer
     etcd_client(etcd).put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.11"}))
     later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
-    etcd_look.run(later, flanneld_started=True)
+    supervision.run(later, flanneld_started=True)
     assert named(etcd) == {"unit": "flannel/0", "lease": "10.1.52.0/24",
                            "public-ip": "172.31.254.11"}
 
@@ -245,7 +259,7 @@ def test_a_new_address_keeping_the_subnet_is_named_anew(etcd, pki, flannels_pref
     ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
     etcd_client(etcd).put(lease_key("10.1.52.0/24"), json.dumps({"PublicIP": "172.31.254.21"}))
     later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
-    etcd_look.run(later, flanneld_started=True)
+    supervision.run(later, flanneld_started=True)
     assert named(etcd)["public-ip"] == "172.31.254.21"
     with later.etcd_store(etcd.connection_string) as store:
         assert store.unit_names() == {("10.1.52.0/24", "172.31.254.21"): "flannel/0"}
@@ -259,7 +273,7 @@ def test_the_etcd_relation_moved_to_another_etcd_gets_the_unit_named_there(
         etcd_client(other).put(lease_key("10.1.52.0/24"),
                                json.dumps({"PublicIP": "172.31.254.11"}))
         moved = unit(tmp_path, other, pki, machine=netns_machine, state=ctx.state.kv)
-        etcd_look.run(moved, flanneld_started=True)
+        supervision.run(moved, flanneld_started=True)
         assert named(other) == {"unit": "flannel/0", "lease": "10.1.52.0/24",
                                 "public-ip": "172.31.254.11"}
 
@@ -269,6 +283,6 @@ def test_a_name_that_holds_is_not_written_again(etcd, pki, flannels_prefix, netn
     ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
     for _ in range(2):
         later = unit(tmp_path, etcd, pki, machine=netns_machine, state=ctx.state.kv)
-        etcd_look.run(later, flanneld_started=True)
+        supervision.run(later, flanneld_started=True)
     [(_, meta)] = etcd_client(etcd).get(f"{DEFAULT_PREFIX}/units/flannel-0", metadata=True)
     assert int(meta["version"]) == 1
