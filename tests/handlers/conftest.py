@@ -31,3 +31,21 @@ def unit(tmp_path, etcd_tls):
     made = Unit(tmp_path, server, pki)
     made.etcd().delete_prefix(NETWORK)
     return made
+
+
+@pytest.fixture(scope="session")
+def api(etcd_tls, tmp_path_factory):
+    """kube-apiserver v1.37 on loopback over the tier's etcd (sandbox.api_server):
+    the Kubernetes API for subnet-manager=kubernetes."""
+    from sandbox.api_server import ApiServer
+    server, pki = etcd_tls
+    with ApiServer(tmp_path_factory.mktemp("kube-apiserver"), pki, server) as started:
+        yield started
+
+
+@pytest.fixture
+def fresh_api(api):
+    """The API server with no Node left by another test."""
+    for name in api.nodes():
+        api.delete_node(name)
+    return api

@@ -50,6 +50,10 @@ from charms.flannel.facts.paths import Paths  # noqa: E402
 from charms.flannel.steps import context as context_module  # noqa: E402
 
 NETWORK = "/coreos.com/network"
+# this machine's address (FakeMachine's eth0), and the prefix of flanneld's annotations
+ADDRESS = "172.31.254.11"
+KUBE_ANNOTATION = "flannel.alpha.coreos.com/"
+IPV6_LEASE = "fd10:1:0:5::1/64"
 FLANNELD_VERSION = "v0.28.10"
 FLANNELD_SCRIPT = f"#!/bin/sh\necho 'Flannel version {FLANNELD_VERSION}' >&2\n".encode()
 PLUGIN_SCRIPT = b"#!/bin/sh\nexit 0\n"
@@ -106,6 +110,9 @@ class Unit:
                                    proc_sys_net_bridge=self.paths.proc_sys_net_bridge)
         self.kernel("5.15.0-91-generic")   # Ubuntu 22.04's
         self.etcd_server, self.pki = etcd, pki
+        # the fake flanneld on each subnet manager (flanneld_leases, on_the_api)
+        self._on_etcd: Callable[[], None] = lambda: None
+        self._on_kubernetes: Callable[[], None] = lambda: None
         self.now = 1_000_000.0
         # the machine's boot clock runs with the wall clock (a test may step one alone)
         booted = self.now - 3600.0
@@ -150,11 +157,25 @@ class Unit:
         """What flanneld does at each start from now on: lease `subnet` in
         etcd under the node's address and write subnet.env (and `then()`)."""
         def start():
-            self.put_lease(str(ipaddress.ip_interface(subnet).network), "172.31.254.11")
-            self.lease(subnet)
+            config = json.loads(self.etcd_values().get(f"{NETWORK}/config") or "{}")
+            # (flanneld keys a dual-stack lease by both its subnets)
+            name = str(ipaddress.ip_interface(subnet).network) + (
+                f"&{ipaddress.ip_interface(IPV6_LEASE).network}"
+                if config.get("EnableIPv6") else "")
+            self.put_lease(name, "172.31.254.11")
+            self.lease(subnet, ipv6=f"{config['IPv6Network']},{IPV6_LEASE}"
+                       if config.get("EnableIPv6") else "")
             self.flanneld_makes_its_devices()
             then()
-        self.machine.on_start = start
+        self._on_etcd = start
+        self.machine.on_start = self._fake_flanneld
+
+    def _fake_flanneld(self) -> None:
+        """What the started flanneld does, on the subnet manager its unit file names."""
+        unit_file = self.paths.service_file.read_text() if self.paths.service_file.exists() \
+            else ""
+        start = self._on_kubernetes if "-kube-subnet-mgr" in unit_file else self._on_etcd
+        start()
 
     def flanneld_makes_its_devices(self) -> None:
         """flanneld's vxlan devices, as it makes them at start for the network
@@ -172,6 +193,42 @@ class Unit:
             self.machine.vxlan_device(f"flannel.{vni}")
         if config.get("EnableIPv6"):
             self.machine.vxlan_device(f"flannel-v6.{vni}", mtu=1430)
+
+    def on_the_api(self, api, node: str = "m1", pod_cidrs=("10.1.1.0/24",),
+                   user: str = "admin") -> None:
+        """subnet-manager=kubernetes against `api` (sandbox.api_server): root's
+        kubeconfig for it, this machine (hostname `node`) registered as Node
+        `node` with these pod CIDRs, and from now on what flanneld does at
+        each start on the API: annotate its Node, write subnet.env from its
+        pod CIDRs, make its devices."""
+        self.paths.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+        self.paths.kubeconfig.write_text(api.kubeconfig(user))
+        self.paths.hostname.parent.mkdir(parents=True, exist_ok=True)
+        self.paths.hostname.write_text(node + "\n")
+        if node not in api.nodes():
+            api.node(node, [ADDRESS], list(pod_cidrs))
+
+        def start():
+            config = json.loads(self.paths.net_conf.read_text())
+            cidrs = api.nodes()[node]["spec"].get("podCIDRs") or []
+            lines, annotations = ["FLANNEL_MTU=1450", "FLANNEL_IPMASQ=true"], {
+                KUBE_ANNOTATION + "kube-subnet-manager": "true",
+                KUBE_ANNOTATION + "backend-type": config["Backend"]["Type"]}
+            for cidr in map(ipaddress.ip_network, cidrs):
+                gateway = f"{next(cidr.hosts())}/{cidr.prefixlen}"
+                if cidr.version == 4 and config.get("EnableIPv4", True):
+                    lines += [f"FLANNEL_NETWORK={config['Network']}", f"FLANNEL_SUBNET={gateway}"]
+                    annotations[KUBE_ANNOTATION + "public-ip"] = ADDRESS
+                elif cidr.version == 6 and config.get("EnableIPv6"):
+                    lines += [f"FLANNEL_IPV6_NETWORK={config['IPv6Network']}",
+                              f"FLANNEL_IPV6_SUBNET={gateway}"]
+                    annotations[KUBE_ANNOTATION + "public-ipv6"] = "fd00::11"
+            api.annotate(node, annotations)
+            self.paths.subnet_env.parent.mkdir(parents=True, exist_ok=True)
+            self.paths.subnet_env.write_text("\n".join(lines) + "\n")
+            self.flanneld_makes_its_devices()
+        self._on_kubernetes = start
+        self.machine.on_start = self._fake_flanneld
 
     # --- etcd, as a test looks at it --------------------------------------------------------
     def etcd(self):

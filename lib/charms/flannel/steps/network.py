@@ -98,9 +98,12 @@ def refusal(network: NetworkConfig, cluster: subnets.Cluster) -> Optional[Invali
 
 def keep(ctx: HookContext, running: Optional[subnets.SubnetManager], out: Outcome) -> Outcome:
     """The network flanneld runs here, kept where it runs (etcd rebuilt
-    empty gets it back) while the wanted one cannot be served."""
-    if running is not None and ctx.confirmed is not None:
-        running.keep(ctx.confirmed, out)
+    empty gets it back) while the wanted one cannot be served: flanneld runs
+    on it, and restarts on it when supervision asks; the step's inputs
+    are forgotten, so that the next hook tries the wanted network again."""
+    if running is not None and ctx.confirmed is not None and running.keep(ctx.confirmed, out):
+        ctx.state.network_inputs = None
+        out.set(NETWORK_CONFIGURED)
     return out
 
 

@@ -104,10 +104,11 @@ class SubnetManager(Protocol):
         (an option is invalid): only an absent network is written. True once
         served; otherwise the mode's problems say why."""
 
-    def keep(self, network: NetworkConfig, out: Outcome) -> None:
-        """While another mode is not ready or an option is invalid: the
+    def keep(self, network: NetworkConfig, out: Outcome) -> bool:
+        """While another mode is not ready or an option is refused: the
         network flanneld runs here written back if the mode lost it (etcd
-        rebuilt empty), never replaced."""
+        rebuilt empty), never replaced. True while the mode holds a network
+        for flanneld."""
 
     def flanneld(self, out: Outcome) -> Optional[FlanneldOn]:
         """How flanneld runs on this mode; None while it cannot (the mode's

@@ -106,11 +106,11 @@ class EtcdSubnets:
         ctx.state.etcd_endpoints = etcd.connection_string
         return True
 
-    def keep(self, network: NetworkConfig, out: Outcome) -> None:
+    def keep(self, network: NetworkConfig, out: Outcome) -> bool:
         """An etcd rebuilt empty gets back the network flanneld runs here."""
         etcd = self.ctx.juju.etcd()
         if etcd is None or pem_problem(etcd.ca, etcd.cert, etcd.key):
-            return
+            return False
         try:
             with self.ctx.etcd_store(etcd.connection_string) as store:
                 if store.swap_config(None, network):
@@ -118,8 +118,9 @@ class EtcdSubnets:
                             "the one flanneld runs here", True)
         except EtcdUnavailable as away:
             out.found(Problem.ETCD, away.reason)
-            return
+            return False
         out.found(Problem.ETCD, None)
+        return True
 
     def flanneld(self, out: Outcome) -> Optional[FlanneldOn]:
         ctx = self.ctx

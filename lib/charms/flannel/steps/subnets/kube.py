@@ -125,8 +125,9 @@ class KubeSubnets:
         ctx.state.node_name = node.name
         return True
 
-    def keep(self, network: NetworkConfig, out: Outcome) -> None:
+    def keep(self, network: NetworkConfig, out: Outcome) -> bool:
         """net-conf.json is this node's own file: nothing to write back."""
+        return self.ctx.record.holds(self.ctx.paths.net_conf)
 
     def flanneld(self, out: Outcome) -> Optional[FlanneldOn]:
         ctx = self.ctx
