@@ -19,11 +19,18 @@ Flags (``{endpoint_name}`` is the endpoint's name in metadata.yaml, e.g. etcd):
 
 All three are cleared when no remote unit remains (departed/broken).
 
-The client key is secret: nothing here logs or prints relation values.
+The client key is secret: nothing here logs or prints relation values, and
+nothing keeps them in the unit's key-value store (.unit-state.db):
+charms.reactive keeps each departed unit's whole databag there
+(``reactive.endpoints.departed.<endpoint>``, for charms that clean up after
+departed units) until a charm clears it, so this endpoint clears it in the
+hook the unit departs in; and the hashes of the values it compares go with
+the relation.
 """
 
 import json
 
+from charmhelpers.core import unitdata
 from charms.reactive import Endpoint, toggle_flag
 
 TLS_KEYS = ("client_ca", "client_cert", "client_key")
@@ -53,6 +60,14 @@ class EtcdRequires(Endpoint):
     """The ``etcd`` endpoint of a client of etcd."""
 
     def manage_flags(self):
+        if self.all_departed_units:
+            # (a departed etcd unit's databag holds the client key): zeroed
+            # where it was, not left in the database file's free space, whatever
+            # the SQLite build's default
+            unitdata.kv().cursor.execute("PRAGMA secure_delete = ON")
+            self.all_departed_units.clear()
+        if not self.relations:
+            unitdata.kv().unsetrange(prefix=f"reactive.data_changed.endpoint.{self.endpoint_name}.")
         joined = self.is_joined
         toggle_flag(self.expand_name("{endpoint_name}.connected"), joined)
         toggle_flag(

@@ -22,6 +22,9 @@ class Relation:
     remote_app: str
     units: dict = field(default_factory=dict)     # remote unit -> its data
     local: dict = field(default_factory=dict)     # this unit's data
+    # remote units departing: relation-get still reads their data in the
+    # -departed hook, relation-list no longer names them
+    departing: dict = field(default_factory=dict)
 
 
 class FakeJuju:
@@ -84,7 +87,8 @@ class FakeJuju:
         relation = self.relations.get(rid)
         if relation is None:
             raise subprocess.CalledProcessError(1, ["relation-get"], b"", b"no such relation")
-        data = relation.local if unit == self.unit else relation.units.get(unit, {})
+        data = relation.local if unit == self.unit else \
+            relation.units.get(unit, relation.departing.get(unit, {}))
         return json.dumps(data if key == "-" else data.get(key))
 
     def _relation_set(self, args):

@@ -132,6 +132,22 @@ class Unit:
                 "client_key": pki.client_key.read_text()}
         return self.juju.relate("etcd", "etcd", {"etcd/0": data})
 
+    def unrelate(self, rid: str) -> None:
+        """`juju remove-relation`, as this unit's hooks see it: each remote
+        unit's -departed hook (its data still readable there), then -broken."""
+        relation = self.juju.relations[rid]
+        for remote in sorted(relation.units):
+            relation.departing[remote] = relation.units.pop(remote)
+            self.hook(f"{relation.endpoint}-relation-departed", rid, remote)
+        self.juju.unrelate(rid)
+        self.hook(f"{relation.endpoint}-relation-broken", rid)
+
+    def files_holding(self, data: bytes) -> list[str]:
+        """Every file below this unit's directories (its charm directory and
+        state, the machine's files) whose bytes hold `data`."""
+        return sorted(str(path) for path in self.root.rglob("*")
+                      if path.is_file() and not path.is_symlink() and data in path.read_bytes())
+
     def relate_cni(self, principal: str = "kubernetes-worker", **data) -> str:
         return self.juju.relate("cni", principal, {f"{principal}/0": {
             "kubeconfig-hash": "abc", **data}})

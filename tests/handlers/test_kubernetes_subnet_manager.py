@@ -299,3 +299,22 @@ def test_a_deleted_flannel_v6_device_is_mended_at_the_next_update_status(unit):
     assert "flannel-v6.1" in unit.machine.links
     assert "flanneld's flannel-v6.1 is gone (flanneld makes it only as it starts): " \
            "restarting flanneld" in unit.log
+
+
+def test_no_byte_of_the_etcd_client_key_is_left_once_the_relation_is_gone(unit, fresh_api):
+    """etcd mode, then subnet-manager=kubernetes, then `juju remove-relation
+    flannel etcd`: /etc/ssl/flannel went, but charms.reactive kept the
+    departed etcd unit's whole databag, the key among it, in the unit's
+    .unit-state.db (for whoever reads a backup of /var/lib/juju). Every
+    file the unit has is searched for one line of the key's PEM body."""
+    etcd, _ = deployed(unit)
+    key_line = unit.pki.client_key.read_text().splitlines()[1].encode()
+    assert unit.files_holding(key_line) == [str(unit.paths.etcd_key)]
+    unit.on_the_api(fresh_api)
+    configure(unit, subnet_manager="kubernetes")
+    assert unit.status[0] == "active", unit.status
+    assert unit.files_holding(key_line) == []   # (the relation is still there)
+    unit.unrelate(etcd)
+    unit.hook("update-status")
+    assert unit.files_holding(key_line) == []
+    assert unit.status[0] == "active", unit.status

@@ -1,7 +1,9 @@
 """The status never says active while the node cannot start a pod: the
 pods' bridge, the CNI plugins, the configs the runtime loads."""
+import json
+
 import pytest
-from harness import deployed
+from harness import configure, deployed
 
 
 def test_flannel_s_old_gateway_leaves_cni0_and_the_unit_is_active(unit):
@@ -106,3 +108,15 @@ def test_a_lease_of_another_network_is_negotiating_not_active(unit):
     unit.lease("10.9.3.1/24", network="10.9.0.0/16")
     unit.hook("update-status")
     assert unit.status == ("waiting", "Negotiating flannel network subnet.")
+
+
+def test_dual_stack_pods_get_the_mtu_flannel_v6_carries(unit):
+    """The conflist gives pods flannel-v6.1's MTU on this interface (1500 less
+    70), not flanneld's FLANNEL_MTU (less 50), and IPv4 alone leaves
+    flanneld's to the plugin."""
+    deployed(unit)
+    assert "mtu" not in json.loads(unit.paths.cni_conflist.read_text())["plugins"][0]["delegate"]
+    unit.machine.links["eth0"].addresses.append("fd00::11/64")
+    configure(unit, ipv6_cidr="fd10:1::/56")
+    delegate = json.loads(unit.paths.cni_conflist.read_text())["plugins"][0]["delegate"]
+    assert delegate["mtu"] == 1430

@@ -15,7 +15,9 @@ from charms.flannel.adapters import links, vxlan
 from charms.flannel.facts.flanneld import of_the_v2_era
 from charms.flannel.facts.host_network import binding_interface
 from charms.flannel.facts.netconfig import NetworkConfig
+from charms.flannel.facts.status import Problem
 from charms.flannel.steps.flanneld import forget_old_network
+from charms.flannel.steps.network import interface_problems
 
 
 def network(cidr="10.3.0.0/16", subnet_len=24, backend="vxlan", vni=1, mtu=None,
@@ -350,6 +352,33 @@ def test_default_route_interface_reads_the_machine_s_routes(netns_machine):
                                       "ip addr add 172.31.254.11/24 dev eth0\n"
                                       "ip route add default via 172.31.254.1 dev eth0"])
     assert links.default_route_interface(netns_machine) == "eth0"
+
+
+def test_an_ipv6_only_machine_s_default_route_names_flanneld_s_interface(
+        netns_machine, tmp_path):
+    """With no IPv4 default route and no cni binding, the iface, mtu and
+    IPv6 checks found no interface and were skipped silently."""
+    ip = netns_machine.netns
+    ip(["sh", "-ec", "ip link add eth0 type veth peer name eth0p\n"
+                     "ip link set eth0p up && ip link set eth0 up\n"
+                     "ip addr add fd00::11/64 dev eth0 nodad\n"
+                     "ip -6 route add default via fd00::1 dev eth0"])
+    assert links.default_route_interface(netns_machine) == "eth0"
+    assert links.default_route_interface(netns_machine, (6, 4)) == "eth0"
+    ctx = stepkit.context(tmp_path, machine=netns_machine, config={
+        "cidr": "", "ipv6-cidr": "fd10:1::/56", "subnet-manager": "kubernetes"})
+    assert ctx.binding_interface == "eth0"
+    assert all(text is None for text in interface_problems(ctx, ctx.options).values())
+
+
+def test_without_an_interface_for_flanneld_what_needs_one_is_not_passed_silently(
+        netns_machine, tmp_path):
+    ctx = stepkit.context(tmp_path, machine=netns_machine, config={"mtu": 1400})
+    assert ctx.binding_interface == ""   # no binding, no default route
+    assert interface_problems(ctx, ctx.options)[Problem.IFACE] == (
+        "Invalid iface: flanneld's interface cannot be found (no cni binding names an "
+        "interface and this machine has no default route), so mtu cannot be checked against "
+        "it and flanneld would not start; set iface")
 
 
 @pytest.mark.parametrize("version, v2_era", [

@@ -10,6 +10,7 @@ restart flanneld on it.
 """
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import subprocess
 
@@ -197,3 +198,36 @@ def test_on_link_is_within_a_network_of_the_link_s_addresses():
     assert host_network.on_link("172.31.254.12", link)
     assert not host_network.on_link("192.168.7.3", link)
     assert not host_network.on_link("not an address", link)
+
+
+def test_ipv6_only_flanneld_is_not_given_an_ipv4_address_for_its_interface(machine):
+    """IPv6-only (cidr ""), flanneld looks an -iface address up among IPv6
+    addresses only, and exits ("no interface with given IPv6 found")."""
+    links, _ = machine
+    problem = iface_problem("172.31.254.11", links, ipv4=False, ipv6=True)
+    assert str(problem) == (
+        'Invalid iface: "172.31.254.11" is an IPv4 address; IPv6-only (cidr "") flanneld sends '
+        "from an IPv6 address: give one of this machine's IPv6 addresses or an interface name")
+    assert iface_problem("eth3", links, ipv4=False, ipv6=True) is None
+    assert iface_problem("fd00:5::4", links, ipv4=False, ipv6=True) is None
+
+
+@pytest.mark.parametrize("mtu, options, reason", [
+    (1500, {"ipv6-cidr": "fd10:1::/56"}, None),
+    (1350, {"ipv6-cidr": "fd10:1::/56"}, None),   # flannel-v6.1 carries 1280
+    # pods get what flannel-v6.<VNI> carries: the interface's MTU less 70
+    (1349, {"ipv6-cidr": "fd10:1::/56"}, "Invalid ipv6-cidr: IPv6 pods would get 1279 bytes over "
+                                         "eth3 (MTU 1349), less than IPv6's 1280: give eth3 an "
+                                         "MTU of at least 1350"),
+    (1349, {"ipv6-cidr": "fd10:1::/56", "backend": "host-gw"}, None),   # no encapsulation
+])
+def test_ipv6_pods_must_get_ipv6_s_minimum_mtu_over_flanneld_s_interface(
+        machine, mtu, options, reason):
+    from charms.flannel.facts.options import parse_options
+    links, _ = machine
+    link = dataclasses.replace({link.name: link for link in links}["eth3"], mtu=mtu)
+    problem = host_network.ipv6_mtu_problem(parse_options(options).network_config(), link)
+    if reason is None:
+        assert problem is None, str(problem)
+    else:
+        assert str(problem).startswith(reason), str(problem)

@@ -275,6 +275,23 @@ def test_the_ipv6_vxlan_device_mtu_flanneld_gets(pod_mtu, underlay, v6_device):
     assert vxlan_v6_device_mtu(pod_mtu, underlay) == v6_device
 
 
+@pytest.mark.parametrize("parsed, underlay, pods", [
+    (config(), 1500, 1450),                          # IPv4 only: flanneld's FLANNEL_MTU
+    (dual(), 1500, 1430),                            # what flannel-v6.1 carries, both families
+    (dual(), 9000, 8930),
+    (dual(Backend={"Type": "vxlan", "MTU": 1400}), 1500, 1350),   # the option under the cap
+    (dual(Backend={"Type": "host-gw"}), 1500, 1500),   # no encapsulation
+    (NetworkConfig.from_json({"EnableIPv4": False, "EnableIPv6": True,
+                              "IPv6Network": "fd10:1::/56", "Backend": {"Type": "vxlan"}}),
+     1500, 1430),                                    # IPv6-only: vxlan over IPv6 costs 70
+])
+def test_the_mtu_pods_get_fits_what_the_ipv6_vxlan_device_carries(parsed, underlay, pods):
+    """flanneld gives pods its interface's MTU less 50 in every family, but
+    Linux caps flannel-v6.<VNI> 20 bytes lower: a full-size IPv6 packet of
+    a pod crossed only by "packet too big" (and not where that is filtered)."""
+    assert parsed.pods_mtu(underlay) == pods
+
+
 # -- EnableNFTables ----------------------------------------------------------------------
 
 def test_nftables_is_read_as_flanneld_reads_it():

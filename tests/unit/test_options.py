@@ -1,5 +1,6 @@
 """Config validation: what an operator sets, and the blocked status they see."""
 import ipaddress
+import json
 from pathlib import Path
 
 import pytest
@@ -431,3 +432,27 @@ def test_no_network_at_all_is_refused_naming_both_options():
     assert str(error.value) == (
         "Invalid cidr: it is empty, and so is ipv6-cidr: set cidr (an IPv4 network such as "
         "10.1.0.0/16), ipv6-cidr for IPv6-only, or both for dual-stack")
+
+
+# -- IPv6's own limits -------------------------------------------------------------
+
+def test_an_mtu_that_leaves_ipv6_pods_under_1280_bytes_is_refused():
+    """Linux takes IPv6 off a device under 1280 bytes: pods would have none."""
+    assert status_for(ipv6_cidr="fd10:1::/56", mtu=1300) == (
+        "Invalid mtu: 1300 leaves pods 1250 bytes, less than IPv6's 1280 (Linux takes IPv6 off "
+        "a smaller device); use at least 1330 with ipv6-cidr, or 0 for the interface's")
+    assert parse_options(config(ipv6_cidr="fd10:1::/56", mtu=1330)).mtu == 1330
+    assert parse_options(config(mtu=1300)).mtu == 1300   # IPv4 only: fine
+
+
+def test_an_ipv6_only_network_reads_back_as_written_whatever_subnet_len_says():
+    """IPv6-only has no IPv4 subnets: a subnet-len other than 24 made the
+    config written differ from the one read back, and every network run
+    wrote it again and told the principal again."""
+    options = parse_options(config(cidr="", ipv6_cidr="fd10:1::/56", subnet_len=26,
+                                   subnet_manager="kubernetes"))
+    written = options.network_config()
+    assert NetworkConfig.from_json(json.dumps(written.to_json())) == written
+    assert written.to_json() == {"EnableIPv4": False, "Backend": {"Type": "vxlan", "VNI": 1},
+                                 "EnableIPv6": True, "IPv6Network": "fd10:1::/56",
+                                 "IPv6SubnetLen": 64}

@@ -362,3 +362,20 @@ def test_flanneld_s_age_is_its_own_process_s_on_the_boot_clock(running, tmp_path
     (tmp_path / "stopped").mkdir()
     stopped = unit(tmp_path / "stopped", tmp_path / "no-systemd")
     assert not stopped.flanneld_service.active and stopped.flanneld_age is None
+
+
+def test_a_mode_neither_wanted_nor_running_shows_none_of_its_problems(running):
+    """A recorded "Cannot reach the Kubernetes API" stayed in the status of
+    a unit back on etcd until its network step ran again."""
+    running.state.subnet_manager = "etcd"
+    running.state.set_problem(Problem.KUBE, "Cannot reach the Kubernetes API: the API server "
+                                            "at 10.0.0.2:6443 did not answer (timed out)")
+    running.state.set_problem(Problem.POD_CIDR, "Node m1 has no pod CIDR")
+    assert shown(running) == ("active", "Flannel subnet 10.1.52.1/24")
+    # while a switch to it waits, they are shown
+    running.paths.kubeconfig.parent.mkdir(parents=True)
+    running.paths.kubeconfig.write_text("current-context: c\n")
+    switching = stepkit.context(running.paths.subnet_env.parents[3], kv=running.state.kv,
+                                config={"subnet-manager": "kubernetes"}, etcd=ETCD,
+                                machine=running.machine)
+    assert shown(switching)[1] == "Node m1 has no pod CIDR"
