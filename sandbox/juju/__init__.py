@@ -19,7 +19,8 @@ See controller.py for the hook order, hooktools.py for the hook tools.
 """
 
 from .agent import HookRun
-from .apps import EmulatedApp, EtcdApp, HookContext, KubernetesWorkerApp, NrpeApp
+from .apps import (CosAgentApp, EmulatedApp, EtcdApp, HookContext, KubernetesWorkerApp,
+                   NrpeApp)
 from .controller import Controller, SettleError
 from .executors import Executor, LocalExecutor, MachineExecutor, UnshareExecutor
 from .model import Model, ModelError, StateFile
@@ -29,7 +30,7 @@ from .principals import OpsKubernetesControlPlaneApp, OpsKubernetesWorkerApp
 __all__ = [
     "Controller", "SettleError", "HookRun",
     "EmulatedApp", "EtcdApp", "HookContext", "KubernetesWorkerApp",
-    "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp", "NrpeApp",
+    "OpsKubernetesWorkerApp", "OpsKubernetesControlPlaneApp", "NrpeApp", "CosAgentApp",
     "Executor", "LocalExecutor", "MachineExecutor", "UnshareExecutor",
     "Model", "ModelError", "StateFile", "ActionResult",
 ]

@@ -347,6 +347,46 @@ class NrpeApp(EmulatedApp):
         ctx.relation_set(**self.published(ctx))
 
 
+class CosAgentApp(EmulatedApp):
+    """The requirer of the cos_agent interface: grafana-agent's or
+    opentelemetry-collector's machine charm, a subordinate of the principal
+    (juju-info) related to flannel's cos-agent endpoint. Each unit reads
+    what flannel's unit publishes (`config`) in its -changed hooks, as the
+    charms' library does, and publishes on its own databag what
+    `receivers` says (the collector's OTLP endpoints; a change runs
+    flannel's cos-agent-relation-changed)."""
+
+    charm_name = "opentelemetry-collector"
+    subordinate = True
+    endpoints = {
+        "juju-info": {"interface": "juju-info", "role": "requires", "scope": "container"},
+        "cos-agent": {"interface": "cos_agent", "role": "requires", "scope": "container"},
+    }
+
+    def __init__(self, name: str = "opentelemetry-collector"):
+        super().__init__(name)
+        self.received: dict[str, str] = {}   # unit -> the `config` flannel's unit published
+        self.receivers = ""
+
+    def on_cos_agent_relation_joined(self, ctx):
+        self._exchange(ctx)
+
+    def on_cos_agent_relation_changed(self, ctx):
+        self._exchange(ctx)
+
+    def on_config_changed(self, ctx):
+        for rid in ctx.relation_ids("cos-agent"):
+            ctx.relation_set(rid=rid, receivers=self.receivers)
+
+    def _exchange(self, ctx):
+        if ctx.remote_unit:
+            config = ctx.relation_get(ctx.remote_unit).get("config")
+            if config:
+                self.received[ctx.unit] = config
+        if self.receivers:
+            ctx.relation_set(receivers=self.receivers)
+
+
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 # The link the reactive kubernetes-worker of 2020 made to its default CNI's
 # conf file (236fd67).

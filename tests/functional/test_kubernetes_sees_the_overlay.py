@@ -37,9 +37,9 @@ import time
 
 import pytest
 from functional_kit import (assert_hooks_run_with_the_base_python, deploy_and_wait, pings,
-                            pod_ip)
+                            pod_ip, wait_past_restart_grace)
 
-from sandbox.kubernetes import ReadyWatch, busybox_pod
+from sandbox.kubernetes import UNITS, ReadyWatch, busybox_pod
 
 pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
               pytest.mark.xdist_group("kubernetes")]
@@ -496,6 +496,11 @@ def test_flannel_moves_to_the_kubernetes_api_and_back(cluster):
     cluster.settle()
     with ReadyWatch(k8s) as ready:
         cluster.configure(**{"subnet-manager": "kubernetes"})
+        # a new pod on m1 starts in the same settle, no update-status between:
+        # the old lease's gateway is off cni0 (else the bridge plugin refuses
+        # every pod until a later hook takes it off)
+        k8s.kubectl("create", "-f", "-", input=pod_manifest("switched", node="m1"))
+        k8s.wait_pod_running("switched", timeout=RUNNING_WITHIN)
         cluster.wait_for_flannel(timeout=120)
         k8s.wait_nodes_ready(NODES, timeout=60)
     print(f"Ready through the move to the Kubernetes API:\n{ready.timeline()}")
@@ -548,6 +553,25 @@ def test_flannel_moves_to_the_kubernetes_api_and_back(cluster):
     k8s.wait_pod_running("made-while-away", timeout=RUNNING_WITHIN)
     assert pings(k8s, "made-while-away", pod_ip(k8s, "k2"))
 
+    # a Node deleted and registered again (`kubectl delete node m1`, its kubelet
+    # restarted): a new Node, none of flanneld's annotations on it, the other
+    # nodes' routes to m1 gone; one update-status restarts flanneld there
+    k8s.kubectl("delete", "node", "m1")
+    cluster.machines["m1"].run(["systemctl", "restart", UNITS["kubelet"]])
+    k8s.wait_for("m1 registered again with a pod CIDR", lambda: k8s.kubectl(
+        "get", "node", "m1", "-o", "jsonpath={.spec.podCIDRs}", check=False).stdout.strip(), 90)
+    assert flannel_annotations(k8s)["m1"] == []
+    wait_past_restart_grace(cluster, "m1")
+    cluster.controller.update_status("flannel")
+    cluster.settle()
+    assert FLANNEL_ANNOTATION + "kube-subnet-manager" in flannel_annotations(k8s)["m1"]
+    k8s.wait_nodes_ready(NODES, timeout=60)
+    for name, node in (("r1", "m1"), ("r2", "m2")):
+        k8s.kubectl("create", "-f", "-", input=pod_manifest(name, node=node))
+    for name in ("r1", "r2"):
+        k8s.wait_pod_running(name, timeout=RUNNING_WITHIN)
+    assert pings(k8s, "r2", pod_ip(k8s, "r1")), "m2's pod cannot reach m1's new pod"
+
     cluster.configure(**{"subnet-manager": "etcd"})
     cluster.wait_for_flannel(timeout=120)
     assert flannel_annotations(k8s) == {m: [] for m in NODES}
@@ -558,5 +582,5 @@ def test_flannel_moves_to_the_kubernetes_api_and_back(cluster):
     k8s.wait_pod_running("e2")
     assert pings(k8s, "e1", pod_ip(k8s, "e2"))
     cluster.controller.config(CONTROL_PLANE, **{"controller-manager-extra-args": ""})
-    k8s.kubectl("delete", "pod", "before", "k1", "k2", "made-while-away", "e1", "e2",
-                "--wait=false")
+    k8s.kubectl("delete", "pod", "before", "switched", "k1", "k2", "made-while-away", "r1", "r2",
+                "e1", "e2", "--wait=false", check=False)

@@ -242,3 +242,43 @@ def test_a_refused_backend_change_keeps_the_network_and_its_way_out_works(cluste
     assert published_cidr(cluster) == "10.2.0.0/16"
     assert cluster.start_pod("m1").address.startswith("10.2.")
     print(json.dumps(cluster.etcd_values(f"{NETWORK_PREFIX}/subnets/"))[:300])
+
+
+def test_the_observability_agent_gets_flannel_s_rules_and_dashboard(cluster):
+    """`juju integrate flannel:cos-agent opentelemetry-collector:cos-agent`,
+    the built charm through the sandbox's Juju: charms.reactive hands a
+    relation hook's handler its endpoint once an interface layer implements
+    it, and flannel's cos-agent-relation-joined died with a TypeError,
+    nothing published. The agent reads the databag as its library does
+    (JSON, each dashboard base64 and lzma), and a change on its side runs
+    flannel's -changed hook, which fails no more."""
+    import base64
+    import lzma
+    from sandbox.juju import CosAgentApp
+    ctl, unit = cluster.controller, unit_of(cluster)
+    failed = len(cluster.failed_hooks())
+    agent = CosAgentApp()
+    ctl.deploy(agent)
+    ctl.add_relation("opentelemetry-collector:juju-info", "kubernetes-worker:juju-info")
+    ctl.add_relation("flannel:cos-agent", "opentelemetry-collector:cos-agent")
+    cluster.settle()
+    [config] = agent.received.values()
+    data = json.loads(config)
+    alerts = {rule["alert"] for group in data["metrics_alert_rules"]["groups"]
+              for rule in group["rules"]}
+    assert {"FlannelServiceNotActive", "FlannelVxlanDeviceMissing"} <= alerts, alerts
+    [dashboard] = [json.loads(lzma.decompress(base64.b64decode(text)))
+                   for text in data["dashboards"]]
+    assert dashboard["title"] == "Flannel"
+    agent.receivers = json.dumps({"otlp_http": "http://10.0.0.9:4318"})
+    agent.fire()
+    cluster.settle()
+    ran = [(h.hook, h.ok) for h in ctl.hook_log if h.unit == unit and h.hook.startswith(
+        "cos-agent-relation-")]
+    assert ("cos-agent-relation-joined", True) in ran and \
+        ("cos-agent-relation-changed", True) in ran, ran
+    assert cluster.failed_hooks()[failed:] == []
+    assert cluster.workload(unit)[0] == "active", cluster.workload(unit)
+    ctl.remove_relation("flannel:cos-agent", "opentelemetry-collector:cos-agent")
+    cluster.settle()
+    assert cluster.failed_hooks()[failed:] == []

@@ -8,8 +8,12 @@ GRACE (it lists and routes every lease, and writes subnet.env, within
 seconds of its start); the first restart for a cause at once; and while the
 same cause outlives its restarts, each next one waits twice as long as the
 one before (FIRST_WAIT, doubling, at most MAX_WAIT), the unit saying so in
-its status. The wall clock counts the waits: a step back restarts at once
-rather than never.
+its status. A cause is the same while what it names (the leases without a
+route, the lost lease) holds some of what the restarts were made for: a
+lease more beside one no restart mends waits with it, but a lease missed
+after the last restart mended its own is a new event missed, restarted for
+at the first look past the grace. The wall clock counts the waits: a step
+back restarts at once rather than never.
 """
 from __future__ import annotations
 
@@ -26,10 +30,12 @@ MAX_WAIT = 4 * 3600
 
 @dataclass(frozen=True)
 class Cause:
-    """Why flanneld is to be restarted: `key` tells one cause from another
-    ("unrouted 10.1.9.0/24"), `text` says it in the log and the status."""
+    """Why flanneld is to be restarted: `key` its kind ("unrouted"), `names`
+    what it is about (the subnets without a route), `text` says it in the
+    log and the status."""
     key: str
     text: str
+    names: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -38,16 +44,26 @@ class Restarts:
     cause: str      # Cause.key
     count: int
     last: float     # when the last one was made (wall clock)
+    names: frozenset = frozenset()   # what the cause named then
 
     def as_stored(self) -> dict:
-        return {"cause": self.cause, "count": self.count, "last": self.last}
+        return {"cause": self.cause, "count": self.count, "last": self.last,
+                "names": sorted(self.names)}
 
     @classmethod
     def from_stored(cls, stored) -> Optional["Restarts"]:
         try:
-            return cls(str(stored["cause"]), int(stored["count"]), float(stored["last"]))
-        except (TypeError, KeyError, ValueError):
+            return cls(str(stored["cause"]), int(stored["count"]), float(stored["last"]),
+                       frozenset(str(name) for name in stored.get("names") or ()))
+        except (TypeError, KeyError, ValueError, AttributeError):
             return None
+
+    def for_(self, cause: "Cause") -> bool:
+        """Whether `cause` is the one these restarts were made for: the same
+        kind, naming some of the same (or, for a cause that names nothing,
+        the same kind)."""
+        return self.cause == cause.key and (
+            bool(self.names & cause.names) or not (self.names or cause.names))
 
     def wait(self) -> float:
         """Seconds from the last restart to the next one."""
@@ -74,11 +90,12 @@ def decide(previous: Optional[Restarts], cause: Optional[Cause], *, now: float,
         return Decision(False, None)
     if flanneld_age is not None and flanneld_age < GRACE:
         return Decision(False, previous)
-    if previous is None or previous.cause != cause.key:
-        return Decision(True, Restarts(cause.key, 1, now))
+    if previous is None or not previous.for_(cause):
+        return Decision(True, Restarts(cause.key, 1, now, cause.names))
     elapsed = now - previous.last
     if elapsed < 0 or elapsed >= previous.wait():
-        return Decision(True, Restarts(cause.key, previous.count + 1, now))
+        return Decision(True, Restarts(cause.key, previous.count + 1, now,
+                                       previous.names | cause.names))
     left = previous.wait() - elapsed
     times = "once" if previous.count == 1 else f"{previous.count} times"
     return Decision(False, previous,

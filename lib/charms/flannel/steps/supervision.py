@@ -73,10 +73,11 @@ def restart_cause(ctx: HookContext, seen: subnets.LeaseLook, unrouted: tuple,
     """What a restart of flanneld would mend, if anything. A cause is keyed
     by its kind: the back-off holds while the leases it names come and go."""
     if seen.lost and not seen.unmendable:
-        return restarts.Cause("lost-lease", seen.lost)
+        return restarts.Cause("lost-lease", seen.lost, frozenset([seen.lost]))
     if unrouted:
         return restarts.Cause("unrouted", f"flanneld has no route to {', '.join(unrouted)} "
-                                          f"that {subnets.lease_home(ctx)} leases")
+                                          f"that {subnets.lease_home(ctx)} leases",
+                              frozenset(unrouted))
     leasing = flanneld_started and not seen.unmendable
     if not seen.unreachable and leasing and without_subnet_env(ctx):
         return restarts.Cause("no-subnet-env",
@@ -84,7 +85,7 @@ def restart_cause(ctx: HookContext, seen: subnets.LeaseLook, unrouted: tuple,
     gone = devices_gone(ctx) if leasing else []
     if gone:
         return restarts.Cause("device-gone", f"flanneld's {', '.join(gone)} is gone (flanneld "
-                                             "makes it only as it starts)")
+                                             "makes it only as it starts)", frozenset(gone))
     return seen.cause
 
 
