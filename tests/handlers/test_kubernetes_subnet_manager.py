@@ -318,3 +318,21 @@ def test_no_byte_of_the_etcd_client_key_is_left_once_the_relation_is_gone(unit, 
     unit.hook("update-status")
     assert unit.files_holding(key_line) == []
     assert unit.status[0] == "active", unit.status
+
+
+def test_a_switch_that_flanneld_could_not_start_after_is_not_made(unit, fresh_api):
+    """The switch stops flanneld and gives its lease up: with what flanneld
+    needs to start again in the new mode missing (nft, asked for in the
+    same change), it would have stayed stopped. The unit is blocked naming
+    it, and flanneld runs on, on etcd."""
+    deployed(unit)
+    unit.on_the_api(fresh_api)
+    unit.machine.missing.add("nft")
+    stops = sum(1 for call in unit.machine.calls if call[:3] == ["systemctl", "stop", "flannel"])
+    configure(unit, subnet_manager="kubernetes", enable_nftables=True)
+    state, message = unit.status
+    assert state == "blocked" and message.startswith("enable-nftables needs nft"), unit.status
+    assert sum(1 for call in unit.machine.calls
+               if call[:3] == ["systemctl", "stop", "flannel"]) == stops
+    assert "-etcd-endpoints=" in unit.paths.service_file.read_text()
+    assert unit.paths.etcd_tls_dir.exists() and unit.paths.subnet_env.exists()

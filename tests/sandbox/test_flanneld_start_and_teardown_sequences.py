@@ -31,6 +31,8 @@ from charms.flannel.facts.netconfig import NetworkConfig
 from charms.flannel.steps import flanneld, teardown
 from charms.flannel.steps.context import HookContext
 from charms.flannel.steps.outcome import Outcome
+from charms.flannel.steps.subnets import FlanneldOn
+from charms.flannel.steps.subnets.etcd import EtcdSubnets
 from charms.flannel.steps.unit_state import UnitState
 
 
@@ -52,6 +54,8 @@ juju = Juju()
 ctx = HookContext(juju, UnitState(Storage("/var/lib/flannel-test/state.db")))
 record = ctx.record
 out = Outcome()
+# flanneld on etcd, its client files not the point here
+mode, on = EtcdSubnets(ctx), FlanneldOn(where="etcd", arguments=())
 """
 STAND_IN = b"#!/bin/sh\nexec sleep 3600\n"
 UNIT = b"""[Unit]
@@ -82,7 +86,8 @@ print(json.dumps({{"loaded": flanneld.load_unit_file(ctx)}}))
 def restart(m: Machine, confirmed: dict, iface: str = "eth0") -> dict:
     return charm(m, f"""
 juju.options = {{"iface": {iface!r}}}
-restarted = flanneld.restart_if_changed(ctx, NetworkConfig.from_json({confirmed!r}), out)
+restarted = flanneld.restart_if_changed(ctx, NetworkConfig.from_json({confirmed!r}), on, mode,
+                                       out)
 print(json.dumps({{"restarted": restarted, "iface": ctx.state.flanneld_iface,
                   "logged": [line for line, _ in out.log]}}))
 """)

@@ -17,7 +17,7 @@ from charms.flannel.facts.host_network import binding_interface
 from charms.flannel.facts.netconfig import NetworkConfig
 from charms.flannel.facts.status import Problem
 from charms.flannel.steps.flanneld import forget_old_network
-from charms.flannel.steps.network import interface_problems
+from charms.flannel.steps.checks import interface_problems
 
 
 def network(cidr="10.3.0.0/16", subnet_len=24, backend="vxlan", vni=1, mtu=None,

@@ -37,6 +37,8 @@ def test_of_two_nodes_with_this_machine_s_address_the_one_kubelet_registered_is_
     mine = Node.from_api(api_node("m1", ["172.31.254.12"], ["10.1.1.0/24"]))
     assert node_of([stale, mine], ["172.31.254.12"], hostname="m1").name == "m1"
     assert node_of([stale, mine], ["172.31.254.12"], hostname="M1.maas").name == "m1"
+    aws = Node.from_api(api_node("ip-10-0-0-5.ec2.internal", ["172.31.254.12"]))
+    assert node_of([stale, aws], ["172.31.254.12"], hostname="ip-10-0-0-5") is aws
     # the Node this machine was found to be before, while it is there
     assert node_of([stale, mine], ["172.31.254.12"], name="m1").name == "m1"
     with pytest.raises(AmbiguousNode) as ambiguous:
@@ -152,6 +154,22 @@ def test_a_dual_stack_node_under_ipv6_only_flannel_is_leased_its_ipv6_pod_cidr()
         "fd10:1:0:1::/64", None, "fd00::12")
 
 
+def test_the_families_flannel_serves_say_which_pod_cidrs_are_the_lease():
+    """flanneld leaves the IPv4 annotations it wrote while dual-stack (and
+    writes public-ip 0.0.0.0 for IPv6-only host-gw): keyed by them, an
+    IPv6-only node's own lease read as lost at every update-status."""
+    node = Node.from_api(api_node("m1", ["fd00::12"], ["10.1.1.0/24", "fd10:1:0:1::/64"], {
+        PREFIX + "kube-subnet-manager": "true", PREFIX + "backend-type": "host-gw",
+        PREFIX + "public-ip": "0.0.0.0", PREFIX + "public-ipv6": "fd00::12"}))
+    assert lease_of(node).subnet == "fd10:1:0:1::/64"
+    stale = Node.from_api(api_node("m1", ["fd00::12"], ["10.1.1.0/24", "fd10:1:0:1::/64"], {
+        PREFIX + "kube-subnet-manager": "true", PREFIX + "public-ip": "172.31.254.12",
+        PREFIX + "public-ipv6": "fd00::12"}))
+    assert lease_of(stale, {6}).subnet == "fd10:1:0:1::/64"
+    assert lease_of(stale, {4, 6}).subnet == "10.1.1.0/24"
+    assert lease_of(stale, {4, 6}).ipv6_subnet == "fd10:1:0:1::/64"
+
+
 def test_pod_cidrs_inside_flannel_s_networks_are_leased_as_they_are():
     node = Node.from_api(api_node("m1", [], ["10.1.7.0/24", "fd10:1:0:7::/64"]))
     assert pod_cidr_problem(node, NETWORKS, ADVICE) is None
@@ -244,6 +262,8 @@ def kubeconfig(cluster: str = "{server: 'https://10.0.0.2'}", user: str = "{toke
      "the kubeconfig's clusters[].cluster.proxy-url is not supported"),
     (kubeconfig(user="{tokenFile: /nonexistent/token}"),
      "the kubeconfig's users[].user.tokenFile cannot be read (No such file or directory"),
+    (kubeconfig(user="{token: \"secret-token\\n\"}"),
+     "the kubeconfig's users[].user.token is not one line of printable ASCII"),
     # (a YAML timestamp out of range: a ValueError escaped into every hook)
     ("current-context: 2024-13-45\n", "the kubeconfig cannot be read (ValueError)"),
 ])
@@ -268,6 +288,9 @@ def test_a_kubeconfig_is_read_as_flanneld_s_client_go_reads_it(tmp_path):
             access.server_name, access.verify) == (
         "fd00::2", 6443, "/k8s/clusters/c-xyz", b"CA", "file-token", "kubernetes", True)
     assert access.server == "[fd00::2]:6443/k8s/clusters/c-xyz"
+    wrapped = read_kubeconfig(kubeconfig(
+        cluster="{server: 'https://10.0.0.2', certificate-authority-data: \"Q0\\nE=\"}"))
+    assert wrapped.ca == b"CA"   # (base64 over lines, as Go decodes it)
     insecure = read_kubeconfig(kubeconfig(
         cluster="{server: 'https://10.0.0.2', insecure-skip-tls-verify: true}"))
     assert (insecure.verify, insecure.ca, insecure.port) == (False, None, 443)

@@ -286,3 +286,20 @@ def test_a_name_that_holds_is_not_written_again(etcd, pki, flannels_prefix, netn
         supervision.run(later, flanneld_started=True)
     [(_, meta)] = etcd_client(etcd).get(f"{DEFAULT_PREFIX}/units/flannel-0", metadata=True)
     assert int(meta["version"]) == 1
+
+
+def test_a_flanneld_the_charm_has_not_started_is_not_restarted_and_keeps_its_back_off(
+        etcd, pki, flannels_prefix, tmp_path):
+    """Not started with its inputs (blocked on an option, a command
+    missing), or its mode out of reach (the etcd relation gone): a restart
+    asked for would never happen, and would spend the back-off."""
+    put(etcd, "config", NETWORK)   # (this node's lease is not there: lost)
+    ctx = unit(tmp_path, etcd, pki)
+    out = supervision.run(ctx, flanneld_started=False)
+    assert out.clear_flags == [] and ctx.state.flanneld_restarts is None
+    relation, ctx.juju.etcd_relation = ctx.juju.etcd_relation, None
+    out = supervision.run(ctx, flanneld_started=True)
+    assert out.clear_flags == [] and ctx.state.flanneld_restarts is None
+    assert not [line for line, _ in out.log if "restarting" in line]
+    ctx.juju.etcd_relation = relation
+    assert SERVICE_RUNNING in supervision.run(ctx, flanneld_started=True).clear_flags

@@ -109,6 +109,10 @@ def _read(text: str, directory: str) -> KubeAccess:
     token = user.get("token")
     if user.get("tokenFile"):   # read at every request by client-go, and preferred to `token`
         token = _token_file(str(user["tokenFile"]), directory)
+    if token and not _header_safe(str(token)):
+        # (a YAML block's trailing newline, a pasted quote: Go's HTTP refuses it too)
+        raise KubeRefused("the kubeconfig's users[].user.token is not one line of printable "
+                          "ASCII")
     cert = _data(user, "client-certificate", "users[].user", directory)
     key = _data(user, "client-key", "users[].user", directory)
     if (cert is None) != (key is None):
@@ -136,6 +140,10 @@ def _server(server) -> tuple[str, int, str]:
         raise KubeRefused(f"the kubeconfig's clusters[].cluster.server {text!r} is not an "
                           "https address")
     return host, port, parts.path.rstrip("/")
+
+
+def _header_safe(token: str) -> bool:
+    return all(" " < character <= "~" for character in token)
 
 
 def _token_file(path: str, directory: str) -> str:
@@ -182,8 +190,8 @@ def _data(section: dict, what: str, where: str, directory: str) -> Optional[byte
         raise KubeRefused(f"the kubeconfig gives both {where}.{what} and {what}-data; "
                           "client-go refuses both: keep one")
     if data:
-        try:
-            return base64.b64decode(str(data), validate=True)
+        try:   # (wrapped over lines, as Go's decoder takes it)
+            return base64.b64decode("".join(str(data).split()), validate=True)
         except ValueError:
             raise KubeRefused(f"the kubeconfig's {where}.{what}-data is not base64") from None
     if path:
@@ -261,6 +269,10 @@ class KubeApi:
             self._connection.close()
             raise KubeUnavailable(f"the API server at {self.access.server} did not answer "
                                   f"({error})") from None
+        except ValueError:   # (a header http.client refuses: never quoted, it holds the token)
+            self._connection.close()
+            raise KubeRefused("the kubeconfig's credentials cannot be sent in an HTTP "
+                              "header") from None
         if response.status == 404 and absent_ok:
             return None
         if response.status in (401, 403):

@@ -101,8 +101,8 @@ def node_of(nodes: Iterable[Node], addresses: Iterable[str], hostname: str = "",
     if len(found) <= 1:
         return found[0] if found else None
     host = hostname.strip().lower()
-    named = [node for node in found
-             if host and node.name.lower() in (host, host.split(".")[0])]
+    named = [node for node in found if host and {node.name.lower(), node.name.lower().split(
+        ".")[0]} & {host, host.split(".")[0]}]
     if len(named) == 1:
         return named[0]
     both = " and ".join(node.name for node in found)
@@ -161,14 +161,17 @@ def pod_cidr_problem(node: Node, networks: Iterable[tuple], advice: str) -> Opti
     return None
 
 
-def lease_of(node: Node) -> Optional[Lease]:
+def lease_of(node: Node, families: Optional[Iterable[int]] = None) -> Optional[Lease]:
     """A Node as flanneld's kube subnet manager leases it, in the shape of
     an etcd lease (the actions list and probe both alike): its pod CIDRs of
-    each family flanneld annotated it for (public-ip, public-ipv6), with
-    those addresses and VTEPs; None for a Node flanneld has not annotated
-    (it is not in the overlay). An IPv6-only lease (a Node flanneld serves
-    IPv6 alone, whatever pod CIDRs it has) is keyed by its IPv6 pod CIDR,
-    with its IPv6 address and VTEP where an etcd lease has the IPv4 ones."""
+    the families flannel serves (`families`: 4, 6; None: those flanneld
+    annotated it with an address for), with those addresses and VTEPs; None
+    for a Node flanneld has not annotated (it is not in the overlay). An
+    IPv6-only lease (a Node flanneld serves IPv6 alone, whatever pod CIDRs
+    it has) is keyed by its IPv6 pod CIDR, with its IPv6 address and VTEP
+    where an etcd lease has the IPv4 ones. (flanneld leaves an IPv4
+    annotation it wrote before, and writes public-ip 0.0.0.0 for IPv6-only
+    host-gw: the annotations alone do not say what it serves now.)"""
     annotations = dict(node.annotations)
     if annotations.get(ANNOTATION_PREFIX + "kube-subnet-manager") != "true":
         return None
@@ -178,13 +181,17 @@ def lease_of(node: Node) -> Optional[Lease]:
             subnets.setdefault(ipaddress.ip_network(text, strict=False).version, text)
         except ValueError:
             continue
-    served = {4: ANNOTATION_PREFIX + "public-ip" in annotations,
-              6: ANNOTATION_PREFIX + "public-ipv6" in annotations}
-    if 4 in subnets and (served[4] or not served[6]):
+    if families is not None:
+        served = {version: version in set(families) for version in (4, 6)}
+    else:
+        served = {4: annotations.get(ANNOTATION_PREFIX + "public-ip") not in (None, "0.0.0.0"),
+                  6: ANNOTATION_PREFIX + "public-ipv6" in annotations}
+        served[4] = served[4] or not served[6]
+    if 4 in subnets and served[4]:
         subnet, ipv6_subnet = subnets[4], subnets.get(6) if served[6] else None
         names = {"PublicIP": "public-ip", "PublicIPv6": "public-ipv6",
                  "BackendData": "backend-data", "BackendV6Data": "backend-v6-data"}
-    elif 6 in subnets:   # IPv6-only
+    elif 6 in subnets and served[6]:   # IPv6-only
         subnet, ipv6_subnet = subnets[6], None
         names = {"PublicIP": "public-ipv6", "BackendData": "backend-v6-data"}
     else:

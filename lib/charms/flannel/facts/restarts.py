@@ -60,10 +60,10 @@ class Restarts:
 
     def for_(self, cause: "Cause") -> bool:
         """Whether `cause` is the one these restarts were made for: the same
-        kind, naming some of the same (or, for a cause that names nothing,
-        the same kind)."""
+        kind, naming some of the same (restarts that named nothing, of a
+        cause that names nothing or of an earlier revision: the same kind)."""
         return self.cause == cause.key and (
-            bool(self.names & cause.names) or not (self.names or cause.names))
+            bool(self.names & cause.names) or not self.names)
 
     def wait(self) -> float:
         """Seconds from the last restart to the next one."""

@@ -14,19 +14,16 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..adapters import iptables, kernel_modules, links, nftables, pod_bridge, vxlan
+from ..adapters import iptables, links, nftables, pod_bridge, vxlan
 from ..adapters.node_files import read_subnet_env
-from ..facts import commands
 from ..facts.digest import digest
 from ..facts.flanneld import inputs_digest
 from ..facts.netconfig import NetworkConfig
-from ..facts.paths import MODULES_LOAD_MODE, SERVICE_FILE_MODE, SERVICE_NAME
-from ..facts.status import Problem
+from ..facts.paths import SERVICE_FILE_MODE, SERVICE_NAME
 from ..facts.subnet_env import SubnetEnv
-from . import subnets
+from . import checks, subnets
 from .context import HookContext
 from .flags import NETWORK_CONFIGURED, SERIES_UPGRADE, SERVICE_RUNNING
-from .network import interface_problems
 from .outcome import Outcome, inputs_changed
 
 FLAG = SERVICE_RUNNING
@@ -60,9 +57,7 @@ def run(ctx: HookContext) -> Outcome:
     out = Outcome()
     options = ctx.options
     if options is not None:
-        out.problems.update(interface_problems(ctx, options))
-        out.found(Problem.COMMANDS, commands.rules_command_problem(options, ctx.machine.has))
-        out.found(Problem.KERNEL, ensure_br_netfilter(ctx, ipv6=options.ipv6_cidr is not None))
+        out.problems.update(checks.start_problems(ctx, options))
         if any(out.problems.values()):
             return out   # blocked; flanneld runs on as it was
     mode, confirmed = subnets.running(ctx), ctx.confirmed
@@ -79,26 +74,6 @@ def run(ctx: HookContext) -> Outcome:
         ctx.forget_flanneld()
         ctx.state.v011_rules = None   # dropped while flanneld was stopped
     return out.set(SERVICE_RUNNING)
-
-
-def ensure_br_netfilter(ctx: HookContext, *, ipv6: bool) -> Optional[str]:
-    """br_netfilter loaded, and listed in modules-load.d for every boot
-    (adapters/kernel_modules.py); the blocked status's text when it cannot
-    be loaded (flanneld would exit at start)."""
-    record, path = ctx.record, ctx.paths.modules_load_file
-    if not record.holds(path):
-        record.install(path, kernel_modules.MODULES_LOAD, MODULES_LOAD_MODE, sole=True)
-    sysctls = ctx.paths.proc_sys_net_bridge
-    if kernel_modules.br_netfilter_loaded(sysctls, ipv6):
-        return None
-    failed = kernel_modules.load_br_netfilter(ctx.machine)
-    if kernel_modules.br_netfilter_loaded(sysctls, ipv6):
-        return None
-    missing = next(name for name in kernel_modules.bridge_sysctls(ipv6)
-                   if not (sysctls / name).exists())
-    return (f"flanneld needs the br_netfilter kernel module ({sysctls / missing} is missing) "
-            f"and modprobe br_netfilter failed: {failed or 'it loaded nothing'}; load it on "
-            "this machine")
 
 
 def install_unit_file(ctx: HookContext, on: subnets.FlanneldOn) -> None:

@@ -23,20 +23,19 @@ from __future__ import annotations
 from typing import Optional
 
 from ..adapters import pod_bridge
-from ..facts import host_network
 from ..facts.cluster_rules import backend_change_problem, service_cidr_problem
 from ..facts.digest import digest
 from ..facts.netconfig import NetworkConfig
-from ..facts.options import InvalidOption, NetworkOptions
+from ..facts.options import InvalidOption
 from ..facts.paths import SERVICE_NAME
 from ..facts.status import Problem
-from . import bridge, subnets
+from . import bridge, checks, subnets
 from .context import HookContext
 from .flags import CNI_CONFIGURED, NETWORK_CONFIGURED, SERVICE_RUNNING
 from .outcome import Outcome, inputs_changed
 
 FLAG = NETWORK_CONFIGURED
-# what this step alone finds (with every mode's own problems)
+# what this step alone finds (each mode's serve finds its own)
 CHECKED = (Problem.CIDR, Problem.MTU, Problem.IFACE, Problem.IPV6, Problem.NETWORK)
 
 
@@ -67,17 +66,23 @@ def run(ctx: HookContext) -> Outcome:
     if network is None:
         return out   # blocked on an option; nothing runs yet
     going, running = subnets.wanted(ctx), subnets.running(ctx)
-    for problem in CHECKED + subnets.problems_of_every_mode():
+    # worked out afresh below (the modes' own problems by their serve); a mode
+    # neither wanted nor running has none (what only its look finds stays)
+    for problem in CHECKED + subnets.hidden_problems(ctx):
         out.found(problem, None)
     if options is not None:
-        out.found(Problem.CIDR, _text(cidr_conflict(ctx, options)))
-        out.problems.update(interface_problems(ctx, options))
+        out.found(Problem.CIDR, checks.text(checks.cidr_conflict(ctx, options)))
+        # (a switch stops flanneld: whatever would keep it from starting again
+        # in the new mode, the rules' command, br_netfilter, is checked first)
+        out.problems.update(checks.start_problems(ctx, options)
+                            if running is not None and running.name != going.name
+                            else checks.interface_problems(ctx, options))
         if any(out.problems.values()):
             # blocked; the mode and the running flanneld are left as they were
             return keep(ctx, running, out)
     if not going.serve(network, out, replace=options is not None,
                        refusal=lambda cluster: refusal(network, cluster)):
-        return keep(ctx, running, out) if running and running.name != going.name else out
+        return keep(ctx, running, out)
     if running is not None and running.name != going.name:
         leave(ctx, running, out)
     state = ctx.state
@@ -141,49 +146,3 @@ def leave(ctx: HookContext, left: subnets.SubnetManager, out: Outcome) -> None:
 
 def _text(problem) -> Optional[str]:
     return str(problem) if problem else None
-
-
-# --- what the options must fit on this machine --------------------------------------------
-
-def cidr_conflict(ctx: HookContext, options: NetworkOptions) -> Optional[InvalidOption]:
-    """The cidr (and ipv6-cidr) against this machine's networks and routes
-    of its family. (The service-cidr is checked with what the mode knows
-    of it.) The network flanneld runs, which this node serves, is not
-    refused: a refresh must not block a working node."""
-    confirmed = ctx.confirmed
-    pods = [network for network, _ in ctx.served_networks()]
-    running = {"cidr": confirmed.network if confirmed else None,
-               "ipv6-cidr": confirmed.ipv6_network if confirmed else None}
-    for option, cidr in (("cidr", options.cidr), ("ipv6-cidr", options.ipv6_cidr)):
-        if cidr is None or cidr == running[option]:
-            continue
-        networks = host_network.machine_networks(ctx.links, ctx.routes(cidr.version), pods,
-                                                 version=cidr.version)
-        conflict = host_network.cidr_conflict(cidr, networks, option=option)
-        if conflict:
-            return conflict
-    return None
-
-
-def interface_problems(ctx: HookContext, options: NetworkOptions) -> dict:
-    """`iface` (when given), `mtu` and IPv6 against this machine's links:
-    checked before anything restarts, and for an mtu before the mode holds
-    it. A flanneld started on a missing, down or address-less interface
-    fails or carries nothing, vxlan packets bigger than the interface are
-    fragmented or dropped, and IPv6 pods under 1280 bytes have no IPv6."""
-    ipv4 = options.cidr is not None
-    unfit = host_network.iface_problem(options.iface, ctx.links, ipv4=ipv4,
-                                       ipv6=options.ipv6_cidr is not None) \
-        if options.iface else None
-    too_big = no_ipv6 = None
-    if not unfit and (options.mtu or options.ipv6_cidr):
-        link = ctx.flanneld_link(options)
-        if link is None:
-            unfit = host_network.no_interface_problem(options, ctx.flanneld_iface(options))
-        else:
-            too_big = host_network.mtu_problem(options.mtu, link)
-            if options.ipv6_cidr:
-                no_ipv6 = host_network.ipv6_problem(link) or host_network.ipv6_mtu_problem(
-                    options.network_config(), link)
-    return {Problem.IFACE: _text(unfit), Problem.MTU: _text(too_big),
-            Problem.IPV6: _text(no_ipv6)}

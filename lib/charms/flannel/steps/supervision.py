@@ -25,7 +25,6 @@ mode flanneld runs, and the network it runs.
 """
 from __future__ import annotations
 
-import ipaddress
 from typing import Optional
 
 from ..adapters import links as machine_links
@@ -43,6 +42,11 @@ SUBNET_ENV_GRACE = 60
 
 
 def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
+    """`flanneld_started`: the charm started flanneld with its current
+    inputs. Only then, and while its mode can be reached, can a restart
+    asked for here happen (the flanneld step starts it), and only then is
+    one asked for: a flanneld the charm has not started, or cannot start
+    (the etcd relation gone), is not restarted, nor its back-off spent."""
     out = Outcome()
     mode = subnets.running(ctx)
     if mode is None:
@@ -51,34 +55,39 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     unrouted: tuple = ()
     if not seen.unreachable:
         if seen.others:   # flanneld runs on its lease: does it route the others'?
-            unrouted = unrouted_subnets(seen.others, None, destinations(ctx, seen.others))
+            unrouted = unrouted_subnets(seen.others, None, destinations(ctx))
         unroutable = host_gw_unroutable(ctx, mode, unrouted)
         out.found(Problem.UNROUTABLE, unroutable_text(unroutable))
         unrouted = tuple(subnet for subnet in unrouted if subnet not in unroutable)
-    cause = restart_cause(ctx, seen, unrouted, flanneld_started)
+    if not (flanneld_started and mode.reachable()):
+        return out
+    cause = restart_cause(ctx, seen, unrouted)
     if cause is not None or not seen.unreachable:   # (the mode away: the back-off stands)
         restart_flanneld(ctx, cause, out)
     return out
 
 
-def destinations(ctx: HookContext, subnets_seen: tuple) -> set:
-    """Where this machine's routes lead, in the family of the leases."""
-    family = ipaddress.ip_network(subnets_seen[0], strict=False).version
-    return ctx.route_destinations if family == 4 else \
-        machine_links.route_destinations(ctx.machine, 6)
+def destinations(ctx: HookContext) -> set:
+    """Where this machine's routes lead, in the family that keys the
+    leases (the first of the network flanneld runs)."""
+    confirmed = ctx.confirmed
+    if confirmed is not None and confirmed.primary_network.version == 6:
+        return machine_links.route_destinations(ctx.machine, 6)
+    return ctx.route_destinations
 
 
-def restart_cause(ctx: HookContext, seen: subnets.LeaseLook, unrouted: tuple,
-                  flanneld_started: bool) -> Optional[restarts.Cause]:
-    """What a restart of flanneld would mend, if anything. A cause is keyed
-    by its kind: the back-off holds while the leases it names come and go."""
+def restart_cause(ctx: HookContext, seen: subnets.LeaseLook, unrouted: tuple
+                  ) -> Optional[restarts.Cause]:
+    """What a restart of flanneld (started by the charm) would mend, if
+    anything; a cause names what it is about (facts/restarts.py: the
+    back-off holds while that stays)."""
     if seen.lost and not seen.unmendable:
         return restarts.Cause("lost-lease", seen.lost, frozenset([seen.lost]))
     if unrouted:
         return restarts.Cause("unrouted", f"flanneld has no route to {', '.join(unrouted)} "
                                           f"that {subnets.lease_home(ctx)} leases",
                               frozenset(unrouted))
-    leasing = flanneld_started and not seen.unmendable
+    leasing = not seen.unmendable
     if not seen.unreachable and leasing and without_subnet_env(ctx):
         return restarts.Cause("no-subnet-env",
                               f"flanneld has written no {ctx.paths.subnet_env} since it started")

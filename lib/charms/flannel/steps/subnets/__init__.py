@@ -174,16 +174,12 @@ def reachable(ctx: HookContext) -> bool:
     return wanted(ctx).reachable() or (mode is not None and mode.reachable())
 
 
-def hidden_problems(ctx: HookContext) -> set:
+def hidden_problems(ctx: HookContext) -> tuple:
     """The problems of modes neither wanted nor running: no step of theirs
     runs to find them gone, so the status leaves them out."""
     shown = set(wanted(ctx).problems) | set(getattr(running(ctx), "problems", ()))
-    return {problem for manager in _managers().values() for problem in manager.problems
-            } - shown
-
-
-def problems_of_every_mode() -> tuple:
-    return tuple(p for manager in _managers().values() for p in manager.problems)
+    return tuple(problem for manager in _managers().values() for problem in manager.problems
+                 if problem not in shown)
 
 
 def leases_of(ctx: HookContext) -> Leases:

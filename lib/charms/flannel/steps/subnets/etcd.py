@@ -69,6 +69,7 @@ class EtcdSubnets:
     def serve(self, network: NetworkConfig, out: Outcome, *, replace: bool,
               refusal: Refusal) -> bool:
         ctx = self.ctx
+        out.found(Problem.ETCD, None)
         etcd = ctx.juju.etcd()
         if etcd is None:
             return False   # waiting for etcd's client credentials (the status says so)
@@ -107,15 +108,29 @@ class EtcdSubnets:
         return True
 
     def keep(self, network: NetworkConfig, out: Outcome) -> bool:
-        """An etcd rebuilt empty gets back the network flanneld runs here."""
-        etcd = self.ctx.juju.etcd()
-        if etcd is None or pem_problem(etcd.ca, etcd.cert, etcd.key):
+        """The relation's client credentials on disk (rotated meanwhile,
+        flanneld's input digest restarts it on the new ones), and an etcd
+        rebuilt empty given back the network flanneld runs here: a look
+        with the standard library first, etcd3gw only to write."""
+        ctx = self.ctx
+        etcd = ctx.juju.etcd()
+        if etcd is None:
             return False
+        not_pem = pem_problem(etcd.ca, etcd.cert, etcd.key)
+        if not_pem:
+            out.found(Problem.ETCD, not_pem)
+            return False
+        write_client_credentials(ctx.record, ctx.paths, etcd.ca, etcd.cert, etcd.key)
+        files = ctx.client_files
         try:
-            with self.ctx.etcd_store(etcd.connection_string) as store:
-                if store.swap_config(None, network):
-                    out.say(f"etcd held no flannel network: wrote back {network.network}, "
-                            "the one flanneld runs here", True)
+            view = etcd_probe.look(parse_endpoints(etcd.connection_string), str(files.ca_file),
+                                   str(files.cert_file), str(files.key_file),
+                                   preferred=ctx.state.etcd_answered, timeout=3.0)
+            if view.config is None:
+                with ctx.etcd_store(etcd.connection_string) as store:
+                    if store.swap_config(None, network):
+                        out.say(f"etcd held no flannel network: wrote back {network.network}, "
+                                "the one flanneld runs here", True)
         except EtcdUnavailable as away:
             out.found(Problem.ETCD, away.reason)
             return False

@@ -48,6 +48,13 @@ class KubeSubnets:
 
     def __init__(self, ctx: HookContext):
         self.ctx = ctx
+        self._listed: Optional[list[Node]] = None   # the Nodes as this hook's look saw them
+
+    def _families(self, network: Optional[NetworkConfig] = None) -> Optional[set]:
+        """The families flannel serves (the network given, else the one
+        flanneld runs): which of a Node's pod CIDRs are its lease."""
+        network = network or self.ctx.confirmed
+        return {net.version for net, _ in network.pod_networks} if network else None
 
     # --- where the leases are kept ------------------------------------------------------
     def reachable(self) -> bool:
@@ -100,6 +107,8 @@ class KubeSubnets:
     def serve(self, network: NetworkConfig, out: Outcome, *, replace: bool,
               refusal: Refusal) -> bool:
         ctx = self.ctx
+        for problem in self.problems:   # each worked out afresh, or not reached
+            out.found(problem, None)
         nodes = self._nodes(out)
         if nodes is None:
             return False
@@ -114,7 +123,7 @@ class KubeSubnets:
             return False   # blocked; a running flanneld runs on as it is
         if replace:
             backends = Counter(lease.attributes.get("BackendType") for lease in
-                               map(lease_of, nodes) if lease is not None)
+                               (lease_of(node) for node in nodes) if lease is not None)
             refused = refusal(Cluster(backends={b: n for b, n in backends.items() if b},
                                       service_cidr=ctx.juju.service_cidr()))
             out.found(Problem.NETWORK, str(refused) if refused else None)
@@ -165,7 +174,9 @@ class KubeSubnets:
             out.found(Problem.POD_CIDR, unfit)
             if unfit:
                 return LeaseLook(unmendable=True)
-        own, lease = lease_of(node), ctx.lease()
+        self._listed = nodes
+        families = self._families()
+        own, lease = lease_of(node, families), ctx.lease()
         lost = None
         if own is None:
             lost = (f"flanneld's annotations are gone from Node {node.name} (deleted and "
@@ -173,7 +184,7 @@ class KubeSubnets:
         elif lease is not None and lease.primary.network != ipaddress.ip_network(own.subnet):
             lost = (f"Node {node.name}'s pod CIDR is {own.subnet}, not the "
                     f"{lease.primary.network} flanneld runs on")
-        others = tuple(held.subnet for held in map(lease_of, nodes)
+        others = tuple(held.subnet for held in (lease_of(other, families) for other in nodes)
                        if held is not None and held.key != f"nodes/{node.name}")
         return LeaseLook(lost=lost, others=others if own is not None else None)
 
@@ -186,13 +197,17 @@ class KubeSubnets:
                 if lease.subnet in subnets and lease.public_ip}
 
     def leases(self) -> Leases:
-        """The annotated Nodes (no expiry; the Node's name for the unit)."""
-        try:
-            with self.ctx.kube_api() as api:
-                nodes = api.nodes()
-        except KubeUnavailable as error:
-            raise LeasesUnreadable("the Kubernetes API", error.reason) from None
-        held = [(lease_of(node), node.name) for node in nodes]
+        """The annotated Nodes (no expiry; the Node's name for the unit), as
+        this hook's look listed them, else listed now."""
+        nodes = self._listed
+        if nodes is None:
+            try:
+                with self.ctx.kube_api() as api:
+                    nodes = api.nodes()
+            except KubeUnavailable as error:
+                raise LeasesUnreadable("the Kubernetes API", error.reason) from None
+        families = self._families()
+        held = [(lease_of(node, families), node.name) for node in nodes]
         return Leases([(lease, None) for lease, _ in held if lease],
                       {(lease.subnet, lease.public_ip): name for lease, name in held if lease})
 
