@@ -24,6 +24,7 @@ from functional_kit import deploy_and_wait, wait_past_restart_grace
 
 from charms.flannel.facts.restarts import GRACE
 from sandbox.cluster import CNI_RELATION
+from sandbox.waiting import wait_for
 
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("dual_stack")]
 
@@ -156,7 +157,8 @@ def test_a_deleted_flannel_v6_device_is_made_again_at_the_next_update_status(clu
     cluster.controller.update_status("flannel")
     cluster.settle()
     assert cluster.flanneld_pids("m2") != pids, "update-status did not restart flanneld on m2"
-    assert "flannel-v6.1" in cluster.vxlan_links("m2")
+    # (flanneld makes it as it starts, after the hook that started it)
+    wait_for(lambda: "flannel-v6.1" in cluster.vxlan_links("m2"), 30)
     reaches(cluster, a, b.address6)
     reaches(cluster, b, a.address6)
     delete_pods(cluster, [a, b])

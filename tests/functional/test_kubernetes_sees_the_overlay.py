@@ -564,7 +564,9 @@ def test_flannel_moves_to_the_kubernetes_api_and_back(cluster):
     wait_past_restart_grace(cluster, "m1")
     cluster.controller.update_status("flannel")
     cluster.settle()
-    assert FLANNEL_ANNOTATION + "kube-subnet-manager" in flannel_annotations(k8s)["m1"]
+    # (flanneld annotates its Node as it starts, after the hook that restarted it)
+    k8s.wait_for("flanneld's annotations on m1 again", lambda: (
+        FLANNEL_ANNOTATION + "kube-subnet-manager" in flannel_annotations(k8s)["m1"]), 30)
     k8s.wait_nodes_ready(NODES, timeout=60)
     for name, node in (("r1", "m1"), ("r2", "m2")):
         k8s.kubectl("create", "-f", "-", input=pod_manifest(name, node=node))

@@ -7,7 +7,11 @@ tests/functional/test_kubernetes_sees_the_overlay.py."""
 import json
 import socket
 
+import pytest
 from harness import ADDRESS, KUBE_ANNOTATION, NETWORK, configure, deployed
+
+# (on a cold cache the first test waits for setup-host's build of kube-apiserver)
+pytestmark = pytest.mark.timeout(1500)
 
 
 def kube_mode(unit) -> str:
@@ -124,6 +128,7 @@ def test_a_node_deleted_and_registered_again_gets_flanneld_back_on_it(unit, fres
     on_kubernetes(unit, fresh_api)
     assert unit.status == ("active", "Flannel subnet 10.1.1.1/24")
     assert annotations(fresh_api)[KUBE_ANNOTATION + "kube-subnet-manager"] == "true"
+    unit.machine.bridge("10.1.1.1/24", ports=1)   # a pod runs here
     started = unit.machine.started()
     fresh_api.delete_node("m1")
     later(unit)
@@ -132,11 +137,17 @@ def test_a_node_deleted_and_registered_again_gets_flanneld_back_on_it(unit, fres
                                       "kubelet to register it again")
     assert unit.machine.started() == started
     fresh_api.node("m1", [ADDRESS], ["10.1.2.0/24"])   # registered again, a new pod CIDR
+    unit.machine.on_start = lambda: None   # (flanneld leases a moment after it starts)
     unit.hook("update-status")
     assert unit.machine.started() == started + 1
+    # the old lease's gateway is off cni0 already: the first new pod gets the new one
+    assert unit.machine.links["cni0"].addresses == [] and not unit.paths.subnet_env.exists()
+    assert "Node m1's pod CIDR is 10.1.2.0/24, not the 10.1.1.0/24 flanneld runs on" in unit.log
+    unit._fake_flanneld()   # flanneld done starting: its Node annotated, subnet.env written
+    unit.hook("update-status")
     assert annotations(fresh_api)[KUBE_ANNOTATION + "public-ip"] == ADDRESS
     assert unit.status == ("active", "Flannel subnet 10.1.2.1/24")
-    assert "flanneld's annotations are gone from Node m1" in unit.log
+    assert unit.machine.started() == started + 1
 
 
 def test_the_switch_from_etcd_takes_the_old_gateway_off_cni0_at_once(unit, fresh_api):
@@ -277,7 +288,7 @@ def test_flanneld_moving_to_another_interface_on_the_api_asks_nothing_of_etcd(un
     unit.machine.links["eth1"] = Link("eth1", addresses=["172.31.253.11/24"])
     configure(unit, iface="eth1")
     assert "-iface=eth1" in unit.paths.service_file.read_text()
-    assert "lease" not in unit.log.lower().split("flanneld inputs changed")[-1]
+    assert "give the lease" not in unit.log and "gave the lease" not in unit.log
     assert unit.status[0] == "active", unit.status
 
 
@@ -336,3 +347,7 @@ def test_a_switch_that_flanneld_could_not_start_after_is_not_made(unit, fresh_ap
                if call[:3] == ["systemctl", "stop", "flannel"]) == stops
     assert "-etcd-endpoints=" in unit.paths.service_file.read_text()
     assert unit.paths.etcd_tls_dir.exists() and unit.paths.subnet_env.exists()
+    unit.machine.missing.discard("nft")   # installed: the next hook switches
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.1.1/24")
+    assert "-kube-subnet-mgr" in unit.paths.service_file.read_text()

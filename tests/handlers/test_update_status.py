@@ -229,3 +229,22 @@ def test_a_blocked_unit_never_replaces_the_network_etcd_holds(unit):
     unit.hook("update-status")
     assert json.loads(unit.etcd_values()[f"{NETWORK}/config"])["Network"] == "10.9.0.0/16"
     assert unit.status[0] == "blocked" and unit.status[1].startswith("Invalid vni: 0")
+
+
+def test_a_flanneld_the_charm_cannot_start_again_is_not_restarted_for(unit):
+    """The etcd relation gone, or an option this machine refuses (the
+    flanneld step would not start flanneld): a restart asked for would
+    never happen, and the back-off spent on it would hold the next one."""
+    etcd, _ = deployed(unit)
+    del unit.machine.links["flannel.1"]   # what only a restart brings back
+    (unit.paths.sys_class_net / "flannel.1").rmdir()
+    unit.now += LATER
+    configure(unit, mtu=9000)   # more than eth0's 1500: blocked
+    unit.hook("update-status")
+    assert "restarting flanneld" not in unit.log
+    assert unit.kv("flannel.flanneld-restarts") is None
+    configure(unit, mtu=0)
+    unit.unrelate(etcd)
+    unit.hook("update-status")
+    assert "restarting flanneld" not in unit.log
+    assert unit.kv("flannel.flanneld-restarts") is None

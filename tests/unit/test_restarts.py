@@ -44,6 +44,14 @@ def test_the_status_says_the_cause_the_restarts_made_and_when_the_next_comes():
                                 "says why)")
 
 
+def test_restarts_an_earlier_revision_recorded_hold_their_back_off():
+    """Recorded with no names: the same kind is the same cause (no restart
+    at once after a refresh)."""
+    earlier = Restarts.from_stored({"cause": "unrouted", "count": 1, "last": 0.0})
+    assert not decide(earlier, ROUTE, now=60.0, flanneld_age=300).restart
+    assert decide(earlier, ROUTE, now=FIRST_WAIT, flanneld_age=300).restart
+
+
 def test_another_cause_restarts_at_once_and_a_clock_stepped_back_restarts():
     other = Cause("lost-lease", "etcd lost this node's lease of 10.1.52.0/24")
     assert decide(Restarts(ROUTE.key, 4, 0.0, ROUTE.names), other, now=60.0,
@@ -56,7 +64,7 @@ def test_another_cause_restarts_at_once_and_a_clock_stepped_back_restarts():
 def test_what_is_remembered_reads_back_and_garbage_is_forgotten():
     kept = Restarts(ROUTE.key, 2, 12.5, ROUTE.names)
     assert Restarts.from_stored(kept.as_stored()) == kept
-    # (what an earlier revision kept: no names, a new cause restarts at once)
+    # (what an earlier revision kept: no names, read as naming nothing)
     assert Restarts.from_stored({"cause": "unrouted", "count": 2, "last": 1.0}).names == \
         frozenset()
     assert Restarts.from_stored({"cause": "x"}) is None and Restarts.from_stored(None) is None

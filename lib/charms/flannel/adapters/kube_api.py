@@ -261,18 +261,7 @@ class KubeApi:
             data = json.dumps(body).encode()
             headers["Content-Type"] = content_type
         url = self.access.path_prefix + path
-        try:
-            self._connection.request(method, url, body=data, headers=headers)
-            response = self._connection.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException) as error:
-            self._connection.close()
-            raise KubeUnavailable(f"the API server at {self.access.server} did not answer "
-                                  f"({error})") from None
-        except ValueError:   # (a header http.client refuses: never quoted, it holds the token)
-            self._connection.close()
-            raise KubeRefused("the kubeconfig's credentials cannot be sent in an HTTP "
-                              "header") from None
+        response, payload = self._exchange(method, url, data, headers)
         if response.status == 404 and absent_ok:
             return None
         if response.status in (401, 403):
@@ -289,6 +278,29 @@ class KubeApi:
         except ValueError:
             raise KubeUnavailable(f"the API server answered {method} {url} with no "
                                   "JSON") from None
+
+    def _exchange(self, method: str, url: str, data: Optional[bytes], headers: dict):
+        """(the response, its body); KubeRefused for what no retry mends,
+        KubeUnavailable for an API server that did not answer."""
+        try:
+            try:
+                self._connection.request(method, url, body=data, headers=headers)
+            except ssl.SSLCertVerificationError:   # (a ValueError too)
+                raise
+            except ValueError:   # (a header http.client refuses: unquoted, it holds the token)
+                self._connection.close()
+                raise KubeRefused("the kubeconfig's credentials cannot be sent in an HTTP "
+                                  "header") from None
+            response = self._connection.getresponse()
+            return response, response.read()
+        except ssl.SSLCertVerificationError as error:   # (an OSError)
+            self._connection.close()
+            raise KubeRefused(f"the API server at {self.access.server} is not the one the "
+                              f"kubeconfig trusts ({error.verify_message})") from None
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            self._connection.close()
+            raise KubeUnavailable(f"the API server at {self.access.server} did not answer "
+                                  f"({error})") from None
 
     def nodes(self) -> list[Node]:
         listed = self._request("GET", "/api/v1/nodes") or {}

@@ -176,11 +176,12 @@ def lease_of(node: Node, families: Optional[Iterable[int]] = None) -> Optional[L
     if annotations.get(ANNOTATION_PREFIX + "kube-subnet-manager") != "true":
         return None
     subnets = {}
-    for text in node.pod_cidrs:
+    for text in node.pod_cidrs:   # (as flanneld and the routes write them)
         try:
-            subnets.setdefault(ipaddress.ip_network(text, strict=False).version, text)
+            cidr = ipaddress.ip_network(text, strict=False)
         except ValueError:
             continue
+        subnets.setdefault(cidr.version, str(cidr))
     if families is not None:
         served = {version: version in set(families) for version in (4, 6)}
     else:

@@ -29,7 +29,7 @@ What this charm does:
   v2 lease runs out.
 
 The HTTP side (v2 reads and deletes, v3 writes) is adapters/etcd.py's,
-the sequence steps/network.py's (carry) and steps/etcd_look.py's (finish);
+the sequence steps/subnets/etcd.py's (_carry_v2_leases, finish_v2_move);
 this module decides.
 """
 from __future__ import annotations

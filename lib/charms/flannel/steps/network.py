@@ -105,9 +105,10 @@ def keep(ctx: HookContext, running: Optional[subnets.SubnetManager], out: Outcom
     """The network flanneld runs here, kept where it runs (etcd rebuilt
     empty gets it back) while the wanted one cannot be served: flanneld runs
     on it, and restarts on it when supervision asks; the step's inputs
-    are forgotten, so that the next hook tries the wanted network again."""
+    are forgotten, so that the next hook tries the wanted network again
+    (but for an invalid option: only a change of it can serve another)."""
     if running is not None and ctx.confirmed is not None and running.keep(ctx.confirmed, out):
-        ctx.state.network_inputs = None
+        ctx.state.network_inputs = inputs(ctx) if ctx.options is None else None
         out.set(NETWORK_CONFIGURED)
     return out
 

@@ -76,7 +76,7 @@ def status(ctx: HookContext, seen: Seen, lease: Optional[SubnetEnv]) -> Status:
 def pods_left_note(ctx: HookContext, lease: Optional[SubnetEnv]) -> str:
     """After a subnet-manager change, while pods still run on addresses of
     the lease before it (host-local's table): "2 pods keep addresses from
-    before subnet-manager changed: recreate them". Reading only: the mark
+    before subnet-manager=etcd: recreate them". Reading only: the mark
     goes at the hook's end (remember) once none is left."""
     left = ctx.state.subnet_manager_left
     if not left or lease is None:

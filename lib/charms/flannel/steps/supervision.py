@@ -32,21 +32,24 @@ from ..facts import restarts
 from ..facts.host_network import on_link, unrouted_subnets
 from ..facts.netconfig import HOST_GW
 from ..facts.status import Problem
-from . import subnets
+from . import bridge, subnets
 from .context import HookContext
 from .flags import SERVICE_RUNNING
 from .outcome import Outcome
 
 # flanneld writes subnet.env within seconds of its start once it holds a lease
 SUBNET_ENV_GRACE = 60
+# what keeps the flanneld step from starting flanneld (steps/checks.py)
+STARTS_BLOCKED = (Problem.IFACE, Problem.MTU, Problem.IPV6, Problem.COMMANDS, Problem.KERNEL)
 
 
 def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
     """`flanneld_started`: the charm started flanneld with its current
-    inputs. Only then, and while its mode can be reached, can a restart
-    asked for here happen (the flanneld step starts it), and only then is
-    one asked for: a flanneld the charm has not started, or cannot start
-    (the etcd relation gone), is not restarted, nor its back-off spent."""
+    inputs. Only then, while its mode can be reached and nothing blocks
+    flanneld's start, can a restart asked for here happen (the flanneld step
+    starts it), and only then is one asked for: a flanneld the charm has not
+    started, or cannot start (the etcd relation gone, an option its machine
+    refuses), is not restarted, nor its back-off spent."""
     out = Outcome()
     mode = subnets.running(ctx)
     if mode is None:
@@ -59,11 +62,12 @@ def run(ctx: HookContext, *, flanneld_started: bool) -> Outcome:
         unroutable = host_gw_unroutable(ctx, mode, unrouted)
         out.found(Problem.UNROUTABLE, unroutable_text(unroutable))
         unrouted = tuple(subnet for subnet in unrouted if subnet not in unroutable)
-    if not (flanneld_started and mode.reachable()):
-        return out
+    if not (flanneld_started and mode.reachable()) or any(
+            ctx.state.problem(problem) for problem in STARTS_BLOCKED):
+        return out.found(Problem.RESTARTS, None)
     cause = restart_cause(ctx, seen, unrouted)
     if cause is not None or not seen.unreachable:   # (the mode away: the back-off stands)
-        restart_flanneld(ctx, cause, out)
+        restart_flanneld(ctx, cause, out, lease_gone=seen.lease_gone)
     return out
 
 
@@ -98,16 +102,24 @@ def restart_cause(ctx: HookContext, seen: subnets.LeaseLook, unrouted: tuple
     return seen.cause
 
 
-def restart_flanneld(ctx: HookContext, cause: Optional[restarts.Cause], out: Outcome) -> None:
+def restart_flanneld(ctx: HookContext, cause: Optional[restarts.Cause], out: Outcome, *,
+                     lease_gone: bool = False) -> None:
     """Restart flanneld for `cause` unless it started moments ago or the
     restarts made for the same cause are still waiting out their back-off
-    (facts/restarts.py); the status says which."""
+    (facts/restarts.py); the status says which. With `lease_gone` (the
+    subnet flanneld runs on is no longer its node's), the lease is given up
+    first: its gateway off cni0 and subnet.env gone, so that the first new
+    pod gets the new lease's gateway (flanneld writes subnet.env moments
+    after it starts, and the bridge plugin refuses a second gateway)."""
     decision = restarts.decide(restarts.Restarts.from_stored(ctx.state.flanneld_restarts),
                                cause, now=ctx.clock(), flanneld_age=ctx.flanneld_age)
     ctx.state.flanneld_restarts = decision.stored
     out.found(Problem.RESTARTS, decision.waiting)
     if decision.restart:
         out.say(f"{cause.text}: restarting flanneld", True)
+        if lease_gone:
+            for gateway in bridge.give_up_lease(ctx):
+                out.say(f"Took {gateway} off cni0: this node's lease of it is gone", True)
         ctx.state.flanneld_inputs = None
         out.clear(SERVICE_RUNNING)
 

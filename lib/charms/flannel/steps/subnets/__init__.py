@@ -14,7 +14,7 @@ actions read; the option (`wanted`) decides only where the network step
 goes next, and the running mode is left only once the wanted one serves.
 What both modes need (the backend change and service-cidr rules, the
 interface, MTU and family checks, the restart policy) sits above this
-seam, once: in steps/network.py and steps/supervision.py. Outside these
+seam, once: in steps/network.py, steps/checks.py and steps/supervision.py. Outside these
 three modules and the option's parsing (facts/options.py), nothing asks
 which mode is on (tests/unit/test_layers.py keeps it so).
 """
@@ -79,6 +79,7 @@ class LeaseLook:
     others: Optional[tuple] = None   # every other node's lease, by its first subnet
     cause: Optional[Cause] = None    # what else only a restart of flanneld mends
     unmendable: bool = False         # what the mode found no restart mends (out of subnets)
+    lease_gone: bool = False         # the subnet flanneld runs on is no longer this node's
 
 
 class SubnetManager(Protocol):

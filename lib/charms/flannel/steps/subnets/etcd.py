@@ -29,7 +29,7 @@ from ...facts.paths import SERVICE_NAME
 from ...facts.restarts import Cause
 from ...facts.status import Problem
 from ..context import HookContext
-from ..flags import NETWORK_CONFIGURED
+from ..flags import NETWORK_CONFIGURED, SERVICE_RUNNING
 from ..outcome import Outcome
 from . import Cluster, FlanneldOn, LeaseLook, Leases, LeasesUnreadable, Refusal
 
@@ -120,7 +120,8 @@ class EtcdSubnets:
         if not_pem:
             out.found(Problem.ETCD, not_pem)
             return False
-        write_client_credentials(ctx.record, ctx.paths, etcd.ca, etcd.cert, etcd.key)
+        if write_client_credentials(ctx.record, ctx.paths, etcd.ca, etcd.cert, etcd.key)[1]:
+            out.clear(SERVICE_RUNNING)   # (its input digest restarts flanneld on them)
         files = ctx.client_files
         try:
             view = etcd_probe.look(parse_endpoints(etcd.connection_string), str(files.ca_file),

@@ -37,6 +37,22 @@ from . import Cluster, FlanneldOn, LeaseLook, Leases, LeasesUnreadable, Refusal
 UNREACHABLE = "Cannot reach the Kubernetes API: "
 
 
+def node_subnet(node: Node, network: Optional[NetworkConfig]):
+    """The Node's pod CIDR of the network's first family (what keys its
+    lease), None if it has none or the network is not known."""
+    if network is None:
+        return None
+    family = network.primary_network.version
+    for text in node.pod_cidrs:
+        try:
+            cidr = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            continue
+        if cidr.version == family:
+            return cidr
+    return None
+
+
 class KubeSubnets:
     name = KUBERNETES
     problems = (Problem.KUBE, Problem.KUBE_ACCESS, Problem.NODE, Problem.POD_CIDR)
@@ -177,16 +193,18 @@ class KubeSubnets:
         self._listed = nodes
         families = self._families()
         own, lease = lease_of(node, families), ctx.lease()
-        lost = None
-        if own is None:
+        lost, gone = None, False
+        subnet = node_subnet(node, confirmed)
+        if lease is not None and subnet is not None and lease.primary.network != subnet:
+            # (registered again, with another pod CIDR: the lease flanneld runs on went)
+            lost, gone = (f"Node {node.name}'s pod CIDR is {subnet}, not the "
+                          f"{lease.primary.network} flanneld runs on"), True
+        elif own is None:
             lost = (f"flanneld's annotations are gone from Node {node.name} (deleted and "
                     "registered again?)")
-        elif lease is not None and lease.primary.network != ipaddress.ip_network(own.subnet):
-            lost = (f"Node {node.name}'s pod CIDR is {own.subnet}, not the "
-                    f"{lease.primary.network} flanneld runs on")
         others = tuple(held.subnet for held in (lease_of(other, families) for other in nodes)
                        if held is not None and held.key != f"nodes/{node.name}")
-        return LeaseLook(lost=lost, others=others if own is not None else None)
+        return LeaseLook(lost=lost, lease_gone=gone, others=others if own is not None else None)
 
     def addresses_of(self, subnets: tuple) -> dict:
         try:
