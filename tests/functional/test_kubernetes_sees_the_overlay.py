@@ -40,6 +40,7 @@ from functional_kit import (assert_hooks_run_with_the_base_python, deploy_and_wa
                             pod_ip, wait_past_restart_grace)
 
 from sandbox.kubernetes import UNITS, ReadyWatch, busybox_pod
+from sandbox.waiting import wait_for
 
 pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
               pytest.mark.xdist_group("kubernetes")]
@@ -565,8 +566,11 @@ def test_flannel_moves_to_the_kubernetes_api_and_back(cluster):
     cluster.controller.update_status("flannel")
     cluster.settle()
     # (flanneld annotates its Node as it starts, after the hook that restarted it)
-    k8s.wait_for("flanneld's annotations on m1 again", lambda: (
+    annotated = wait_for(lambda: (
         FLANNEL_ANNOTATION + "kube-subnet-manager" in flannel_annotations(k8s)["m1"]), 30)
+    log = cluster.controller.unit_log(cluster.unit_on("m1")).splitlines()
+    assert annotated, "m1's Node not annotated again; the unit's last log lines:\n" + \
+        "\n".join(log[-40:])
     k8s.wait_nodes_ready(NODES, timeout=60)
     for name, node in (("r1", "m1"), ("r2", "m2")):
         k8s.kubectl("create", "-f", "-", input=pod_manifest(name, node=node))
