@@ -168,20 +168,22 @@ def test_destroy_kills_everything_and_cleans_up(test_network):
     pids = m.pids()
     assert len(pids) >= 3           # holder, the unit's sleep, the popen'ed one
     holder_mnt = os.readlink(f"/proc/{m.holder_pid}/ns/mnt")
+    # (counted from before the destroy: a test beside this one may make a
+    # namespace of the same inode number while it runs, a CI run saw it)
+    destroying = uptime_ticks()
     m.destroy()
-    destroyed = uptime_ticks()
     background.wait(timeout=5)
     assert not [p for p in pids if process_alive(p)]
     assert not [n for n in list_netns() if n.startswith(m.netns) or n.startswith(m.pod_prefix)]
     assert not m.state_dir.exists()
     # No process is left in the machine's mount namespace. (A namespace made
     # since, by a test running beside this one, may get the same inode
-    # number: a process started after the destroy is not a leftover.)
+    # number: a process started once the destroy began is not a leftover.)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 same = os.readlink(f"/proc/{entry}/ns/mnt") == holder_mnt
-                assert not (same and started_ticks(int(entry)) < destroyed), entry
+                assert not (same and started_ticks(int(entry)) < destroying), entry
             except OSError:   # gone, or not ours to look at (pid 1 here)
                 pass
     assert str(state_root()) not in open("/proc/self/mountinfo").read()
