@@ -82,7 +82,12 @@ def run(ctx: HookContext) -> Outcome:
             return keep(ctx, running, out)
     if not going.serve(network, out, replace=options is not None,
                        refusal=lambda cluster: refusal(network, cluster)):
-        return keep(ctx, running, out)
+        # the mode flanneld runs keeps its network while another is not ready,
+        # or an option is invalid; the same mode failing (etcd away) is tried
+        # again at the next hook, the network waited for
+        if running is not None and (running.name != going.name or options is None):
+            keep(ctx, running, out)
+        return out
     if running is not None and running.name != going.name:
         leave(ctx, running, out)
     state = ctx.state
