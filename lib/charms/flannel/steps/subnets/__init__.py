@@ -26,6 +26,7 @@ from typing import Callable, Optional, Protocol
 from ...facts.netconfig import NetworkConfig
 from ...facts.options import ETCD, KUBERNETES, InvalidOption
 from ...facts.restarts import Cause
+from ...facts.status import Problem
 from ..context import HookContext
 from ..outcome import Outcome
 
@@ -140,14 +141,21 @@ class SubnetManager(Protocol):
         removed when the mode is left (or with every other at removal)."""
 
 
-def _managers() -> dict:
-    from .etcd import EtcdSubnets
-    from .kube import KubeSubnets
-    return {ETCD: EtcdSubnets, KUBERNETES: KubeSubnets}
+# What only each mode finds (its implementation's `problems`): here too, so
+# that a hook learns them without loading the implementation it does not run
+PROBLEMS = {
+    ETCD: (Problem.ETCD, Problem.OUT_OF_SUBNETS),
+    KUBERNETES: (Problem.KUBE, Problem.KUBE_ACCESS, Problem.NODE, Problem.POD_CIDR),
+}
 
 
 def named(ctx: HookContext, name: str) -> SubnetManager:
-    return _managers()[name](ctx)
+    """The implementation of mode `name`, loaded on first use."""
+    if name == KUBERNETES:
+        from .kube import KubeSubnets
+        return KubeSubnets(ctx)
+    from .etcd import EtcdSubnets
+    return EtcdSubnets(ctx)
 
 
 def wanted(ctx: HookContext) -> SubnetManager:
@@ -178,9 +186,9 @@ def reachable(ctx: HookContext) -> bool:
 def hidden_problems(ctx: HookContext) -> tuple:
     """The problems of modes neither wanted nor running: no step of theirs
     runs to find them gone, so the status leaves them out."""
-    shown = set(wanted(ctx).problems) | set(getattr(running(ctx), "problems", ()))
-    return tuple(problem for manager in _managers().values() for problem in manager.problems
-                 if problem not in shown)
+    shown = {wanted(ctx).name, getattr(running(ctx), "name", None)}
+    return tuple(problem for name, problems in PROBLEMS.items() if name not in shown
+                 for problem in problems)
 
 
 def leases_of(ctx: HookContext) -> Leases:

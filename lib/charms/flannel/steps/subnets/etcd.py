@@ -31,14 +31,14 @@ from ...facts.status import Problem
 from ..context import HookContext
 from ..flags import NETWORK_CONFIGURED, SERVICE_RUNNING
 from ..outcome import Outcome
-from . import Cluster, FlanneldOn, LeaseLook, Leases, LeasesUnreadable, Refusal
+from . import PROBLEMS, Cluster, FlanneldOn, LeaseLook, Leases, LeasesUnreadable, Refusal
 
 WRITE_ATTEMPTS = 3  # compare-and-swap rounds lost to other writers before waiting
 
 
 class EtcdSubnets:
     name = ETCD
-    problems = (Problem.ETCD, Problem.OUT_OF_SUBNETS)
+    problems = PROBLEMS[ETCD]
     principal_first = False
     lease_home = "etcd"
 

@@ -32,7 +32,7 @@ from ...facts.status import Problem
 from ..context import HookContext
 from ..flags import NETWORK_CONFIGURED
 from ..outcome import Outcome
-from . import Cluster, FlanneldOn, LeaseLook, Leases, LeasesUnreadable, Refusal
+from . import PROBLEMS, Cluster, FlanneldOn, LeaseLook, Leases, LeasesUnreadable, Refusal
 
 UNREACHABLE = "Cannot reach the Kubernetes API: "
 
@@ -55,7 +55,7 @@ def node_subnet(node: Node, network: Optional[NetworkConfig]):
 
 class KubeSubnets:
     name = KUBERNETES
-    problems = (Problem.KUBE, Problem.KUBE_ACCESS, Problem.NODE, Problem.POD_CIDR)
+    problems = PROBLEMS[KUBERNETES]
     # its kube-controller-manager allocates the pod CIDRs flanneld leases from
     # the network the cni relation carries, and its kubelet (whose Node
     # flanneld needs) waits for flannel's CNI config
