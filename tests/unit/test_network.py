@@ -678,3 +678,26 @@ def test_a_stopping_unit_gives_its_lease_back_only_while_a_backend_change_waits(
     with NetworkStore(settings, DEFAULT_PREFIX) as store:
         assert [lease.subnet for lease in store.leases()] == \
             ([] if released else ["10.1.52.0/24"])
+
+
+def test_client_files_rotated_while_an_option_is_invalid_restart_flanneld_on_them(
+        settings, flannels_prefix, netns_machine, etcd, pki, tmp_path):
+    """etcd's charm hands out a new client certificate while an option is
+    invalid: the files are written, and flanneld restarts on them (it read
+    the old ones at start, and would run on them, `active`, until its lease
+    went)."""
+    from charms.flannel.steps import flanneld
+    from sandbox.pki import make_client_cert
+    first = hook(tmp_path / "unit", netns_machine, etcd, pki)
+    assert NETWORK_CONFIGURED in network_step.run(first).set_flags
+    on = EtcdSubnets(first).flanneld(Outcome())
+    first.state.flanneld_inputs = flanneld.flanneld_inputs(first, first.confirmed, on)
+    cert, key = make_client_cert(tmp_path, pki.ca_cert, pki.ca_key, "rotated")
+    rotated = hook(tmp_path / "unit", netns_machine, etcd, pki, config={"vni": 0},
+                   state=first.state.kv)
+    rotated.juju.etcd_relation = EtcdRelation(etcd.connection_string, pki.ca_cert.read_text(),
+                                              cert.read_text(), key.read_text())
+    assert rotated.invalid_option is not None
+    out = network_step.run(rotated)
+    assert rotated.client_files.key_file.read_text() == key.read_text()
+    assert SERVICE_RUNNING in out.clear_flags and NETWORK_CONFIGURED in out.set_flags

@@ -29,7 +29,7 @@ from ..facts.netconfig import NetworkConfig
 from ..facts.options import InvalidOption
 from ..facts.paths import SERVICE_NAME
 from ..facts.status import Problem
-from . import bridge, checks, subnets
+from . import bridge, checks, flanneld, subnets
 from .context import HookContext
 from .flags import CNI_CONFIGURED, NETWORK_CONFIGURED, SERVICE_RUNNING
 from .outcome import Outcome, inputs_changed
@@ -111,9 +111,15 @@ def keep(ctx: HookContext, running: Optional[subnets.SubnetManager], out: Outcom
     empty gets it back) while the wanted one cannot be served: flanneld runs
     on it, and restarts on it when supervision asks; the step's inputs
     are forgotten, so that the next hook tries the wanted network again
-    (but for an invalid option: only a change of it can serve another)."""
+    (but for an invalid option: only a change of it can serve another).
+    What flanneld reads at start changed meanwhile (etcd's client files or
+    the kubeconfig rotated): it restarts on them."""
     if running is not None and ctx.confirmed is not None and running.keep(ctx.confirmed, out):
         ctx.state.network_inputs = inputs(ctx) if ctx.options is None else None
+        on = running.flanneld(Outcome())
+        if on is not None and ctx.state.flanneld_inputs != flanneld.flanneld_inputs(
+                ctx, ctx.confirmed, on):
+            out.clear(SERVICE_RUNNING)
         out.set(NETWORK_CONFIGURED)
     return out
 

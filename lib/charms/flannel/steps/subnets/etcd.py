@@ -29,7 +29,7 @@ from ...facts.paths import SERVICE_NAME
 from ...facts.restarts import Cause
 from ...facts.status import Problem
 from ..context import HookContext
-from ..flags import NETWORK_CONFIGURED, SERVICE_RUNNING
+from ..flags import NETWORK_CONFIGURED
 from ..outcome import Outcome
 from . import PROBLEMS, Cluster, FlanneldOn, LeaseLook, Leases, LeasesUnreadable, Refusal
 
@@ -108,8 +108,8 @@ class EtcdSubnets:
         return True
 
     def keep(self, network: NetworkConfig, out: Outcome) -> bool:
-        """The relation's client credentials on disk (rotated meanwhile,
-        flanneld's input digest restarts it on the new ones), and an etcd
+        """The relation's client credentials on disk (rotated meanwhile:
+        steps/network.py then restarts flanneld on them), and an etcd
         rebuilt empty given back the network flanneld runs here: a look
         with the standard library first, etcd3gw only to write."""
         ctx = self.ctx
@@ -120,8 +120,7 @@ class EtcdSubnets:
         if not_pem:
             out.found(Problem.ETCD, not_pem)
             return False
-        if write_client_credentials(ctx.record, ctx.paths, etcd.ca, etcd.cert, etcd.key)[1]:
-            out.clear(SERVICE_RUNNING)   # (its input digest restarts flanneld on them)
+        write_client_credentials(ctx.record, ctx.paths, etcd.ca, etcd.cert, etcd.key)
         files = ctx.client_files
         try:
             view = etcd_probe.look(parse_endpoints(etcd.connection_string), str(files.ca_file),
