@@ -57,10 +57,12 @@ def delete_pods(cluster, pods) -> None:
         cluster.pods.remove(pod)
 
 
-# what the charm promises (steps/supervision.py): a lease flanneld missed is
-# mended by the first update-status past flanneld's restart grace, and the
-# restarted flanneld routes every lease within seconds
-MENDED_WITHIN = GRACE + 10
+# A lease flanneld missed is mended by the first update-status past
+# flanneld's restart grace (steps/supervision.py), and the restarted flanneld
+# routes every lease within seconds: waited for with room for a loaded
+# machine's slow hooks, and far under the 10-minute back-off that once held
+# such a restart back
+MENDED_WITHIN = GRACE + 45
 
 
 def reaches(cluster, pod, peer_address: str, within: float = MENDED_WITHIN) -> None:
@@ -159,7 +161,8 @@ def test_a_deleted_flannel_v6_device_is_made_again_at_the_next_update_status(clu
     cluster.settle()
     assert cluster.flanneld_pids("m1") != pids, "update-status did not restart flanneld on m1"
     # (flanneld makes it as it starts, after the hook that started it)
-    wait_for(lambda: "flannel-v6.1" in cluster.vxlan_links("m1"), 30)
+    assert wait_for(lambda: "flannel-v6.1" in cluster.vxlan_links("m1"), 30), \
+        "the restarted flanneld made no flannel-v6.1 on m1"
     reaches(cluster, a, b.address6)
     reaches(cluster, b, a.address6)
     delete_pods(cluster, [a, b])

@@ -248,3 +248,10 @@ def test_a_flanneld_the_charm_cannot_start_again_is_not_restarted_for(unit):
     unit.hook("update-status")
     assert "restarting flanneld" not in unit.log
     assert unit.kv("flannel.flanneld-restarts") is None
+    # the control: once the charm can start it again, the device gone is mended
+    etcd = unit.relate_etcd()
+    unit.hook("etcd-relation-changed", etcd, "etcd/0")
+    unit.now += LATER
+    unit.hook("update-status")
+    assert "flannel.1 is gone (flanneld makes it only as it starts): restarting flanneld" \
+        in unit.log

@@ -14,7 +14,7 @@ from charms.flannel.adapters.kube_api import KubeApi, read_kubeconfig
 from charms.flannel.facts.kube_nodes import KubeRefused
 from charms.flannel.steps import subnets
 from charms.flannel.steps.context import EtcdRelation
-from sandbox.api_server import ApiServer
+from sandbox.api_server import TOKEN, ApiServer
 
 # (on a cold cache the first test waits for setup-host's build of kube-apiserver)
 pytestmark = pytest.mark.timeout(1500)
@@ -40,7 +40,7 @@ def ca_data(api) -> str:
 def test_a_token_file_and_a_ca_file_relative_to_the_kubeconfig(api, tmp_path):
     (tmp_path / "pki").mkdir()
     (tmp_path / "pki" / "ca.crt").write_bytes(api.pki.ca_cert.read_bytes())
-    (tmp_path / "token").write_text("flannel-handlers-token\n")
+    (tmp_path / "token").write_text(f"{TOKEN}\n")
     text = api.kubeconfig(cluster=f"server: '{api.url}', certificate-authority: pki/ca.crt",
                           user_entry="token: revoked, tokenFile: token")
     assert names(text, str(tmp_path)) == ["m1"]

@@ -25,6 +25,7 @@ from charms.flannel.facts.cluster_rules import backend_change_problem
 from charms.flannel.steps.outcome import Outcome
 from charms.flannel.steps.subnets.etcd import (EtcdSubnets, ensure_network_config,
                                                shared_service_cidr)
+from charms.flannel.steps import teardown
 from charms.flannel.steps.teardown import backend_change_waits
 
 
@@ -674,7 +675,7 @@ def test_a_stopping_unit_gives_its_lease_back_only_while_a_backend_change_waits(
     etcd_client(etcd).put(f"{DEFAULT_PREFIX}/subnets/10.1.52.0-24",
                           json.dumps({"PublicIP": "192.0.2.10"}))
     assert backend_change_waits(ctx) is released
-    EtcdSubnets(ctx).leave(Outcome(), keep_lease=not backend_change_waits(ctx))
+    teardown.run(ctx, masked=False, remove_nrpe_check=lambda: None)
     with NetworkStore(settings, DEFAULT_PREFIX) as store:
         assert [lease.subnet for lease in store.leases()] == \
             ([] if released else ["10.1.52.0/24"])

@@ -154,7 +154,3 @@ def leave(ctx: HookContext, left: subnets.SubnetManager, out: Outcome) -> None:
             True)
     ctx.state.subnet_manager_left = left.name
     ctx.state.flanneld_inputs = None   # (re)started in the new mode
-
-
-def _text(problem) -> Optional[str]:
-    return str(problem) if problem else None
