@@ -80,6 +80,9 @@ class GoBinary:
     # A wrapper module (a directory with go.mod, go.sum and any local
     # replacements) in which `go build PACKAGE` runs; empty: `go install`.
     module_dir: str = ""
+    # with module_dir: `go test -c` of the package (a test binary, such as
+    # Kubernetes' e2e suite), not `go build`
+    test_binary: bool = False
 
     # the file name `go install` gives the binary (the package's last element)
     output: str = ""
@@ -121,6 +124,8 @@ def _stamp(binary: GoBinary, arch: str) -> str:
         stamp["sources"] = list(binary.gopath_sources)
     if binary.module_dir:
         stamp["module"] = _tree_digest(Path(binary.module_dir))
+    if binary.test_binary:
+        stamp["test"] = True
     return json.dumps(stamp, sort_keys=True)
 
 
@@ -359,13 +364,15 @@ def _gopath_build(binary: GoBinary, arch: str, env: dict,
 
 def _wrapper_build(binary: GoBinary, arch: str, env: dict,
                    built: Path) -> subprocess.CompletedProcess:
-    """`go build PACKAGE` in a copy of the wrapper module binary.module_dir
-    (the copy keeps the repository untouched; -mod=readonly refuses a go.mod
-    or go.sum that does not already say everything)."""
+    """`go build PACKAGE` (`go test -c PACKAGE` for a test binary) in a copy
+    of the wrapper module binary.module_dir (the copy keeps the repository
+    untouched; -mod=readonly refuses a go.mod or go.sum that does not already
+    say everything)."""
     src = Path(env["GOPATH"]) / "src" / "wrapper"
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(binary.module_dir, src)
-    cmd = ["go", "build", "-mod=readonly", "-trimpath",
+    verb = ["test", "-c"] if binary.test_binary else ["build"]
+    cmd = ["go", *verb, "-mod=readonly", "-trimpath",
            f"-ldflags={binary.link_ldflags(arch)}"]
     if binary.tags(arch):
         cmd.append(f"-tags={','.join(binary.tags(arch))}")

@@ -13,6 +13,8 @@
         # cluster.kubernetes (sandbox.kubernetes) has kubectl;
         # control_plane_config={"service-cidr": ...}: the control plane's
         # options from its deploy (an IPv6 service-cidr: IPv6-only Kubernetes);
+        # e2e_images=True (with kubernetes=True): Kubernetes' e2e test images
+        # and CoreDNS's in every machine's containerd (sandbox.e2e_images);
         # series="jammy"|"noble": the Ubuntu release (and python3) of every
         # machine, by default one picked by the label.
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
@@ -237,7 +239,7 @@ class Cluster:
                  worker_runtime_ready: bool = True, kubernetes: bool = False,
                  series: Optional[str] = None, juju: str = JUJU_VERSION,
                  containerd: str = "1.6", label: str = "",
-                 control_plane_config: Optional[dict] = None,
+                 control_plane_config: Optional[dict] = None, e2e_images: bool = False,
                  say: Callable[[str], None] = lambda _: None, workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
             raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
@@ -267,6 +269,11 @@ class Cluster:
         if kubernetes and not control_plane:
             raise ValueError("kubernetes=True needs control_plane=True")
         self.with_kubernetes = kubernetes
+        # the images Kubernetes' e2e tests and CoreDNS run (sandbox.e2e_images),
+        # in every machine's containerd (sandbox.conformance)
+        if e2e_images and not kubernetes:
+            raise ValueError("e2e_images=True needs kubernetes=True")
+        self.e2e_images = e2e_images
         # the Ubuntu release every machine claims, whose python3 runs the
         # hooks: given, else picked by the label (ubuntu.series_for)
         self.series = series or ubuntu.series_for(label)
@@ -354,6 +361,13 @@ class Cluster:
                                              self.etcd.connection_string)
                 with ThreadPoolExecutor(max_workers=len(self.machines)) as pool:
                     list(pool.map(self.kubernetes.prepare_node, self.machines.values()))
+                if self.e2e_images:
+                    from sandbox import e2e_images
+                    from sandbox.cri import runtime_for
+                    e2e_images.archives(progress=self.say)
+                    with ThreadPoolExecutor(max_workers=len(self.machines)) as pool:
+                        list(pool.map(lambda m: e2e_images.import_into(runtime_for(m)),
+                                      self.machines.values()))
                 self.kubernetes.attach_control_plane(self.machines[CONTROL_PLANE_MACHINE])
         principals = f"{self.worker_generation} kubernetes-worker" + (
             " and kubernetes-control-plane" if self.with_control_plane else "")

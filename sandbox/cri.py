@@ -125,14 +125,18 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _oci_archive(image: str, argv: list[str], layer: tuple[bytes, bytes]) -> bytes:
+def oci_archive(image: str, argv: list[str], layer: tuple[bytes, bytes], *,
+                 cmd: list[str] | None = None, path: str = "/bin") -> bytes:
     """An OCI image layout (index.json, oci-layout, blobs) as a tar, named
-    `image` for containerd through the io.containerd.image.name annotation."""
+    `image` for containerd through the io.containerd.image.name annotation;
+    `argv` its entrypoint (none if empty), `cmd` what a pod that gives no
+    command runs (the entrypoint's arguments where it has one)."""
     tar_bytes, gz_bytes = layer
     arch = host_arch()
     config = json.dumps({
         "architecture": arch, "os": "linux",
-        "config": {"Entrypoint": argv, "Env": ["PATH=/bin"], "WorkingDir": "/"},
+        "config": {**({"Entrypoint": argv} if argv else {}), **({"Cmd": cmd} if cmd else {}),
+                   "Env": [f"PATH={path}"], "WorkingDir": "/"},
         "rootfs": {"type": "layers", "diff_ids": [_digest(tar_bytes)]},
     }, sort_keys=True).encode()
     manifest = json.dumps({
@@ -198,7 +202,7 @@ def image_archives() -> dict[str, Path]:
             for old in out_dir.glob(f"{name}-*.oci.tar"):
                 old.unlink(missing_ok=True)
             tmp = paths[name].with_name(paths[name].name + ".tmp")
-            tmp.write_bytes(_oci_archive(image, argv, layer))
+            tmp.write_bytes(oci_archive(image, argv, layer))
             os.replace(tmp, paths[name])
     return paths
 

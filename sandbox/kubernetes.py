@@ -46,6 +46,7 @@ API::
     k8s.prepare_node(machine)           # containerd up, sysctls masked, images named
     k8s.configure_control_plane(ctx, cluster_cidr, service_cidr)   # from a hook
     k8s.configure_node(ctx, cluster_cidr, taints)                  # kubelet, kube-proxy
+    k8s.deploy_cluster_dns()            # CoreDNS at k8s.cluster_dns_address (kubelet's clusterDNS)
     k8s.attach_control_plane(machine)   # where kubectl runs
     k8s.kubectl(*args, input=None, check=True) -> CompletedProcess
     k8s.get(kind, name="", namespace="default") -> dict       # kubectl get -o json
@@ -62,6 +63,7 @@ import base64
 import ipaddress
 import json
 import shlex
+import string
 import subprocess
 import sys
 import threading
@@ -77,6 +79,7 @@ from sandbox.resource import binary_path, cache_root
 from sandbox.waiting import wait_for
 
 SERVICE_CIDR = "10.152.183.0/24"      # kubernetes-control-plane's service-cidr default
+COREDNS_MANIFEST = Path(__file__).parent / "manifests" / "coredns.yaml"
 API_PORT = 6443
 CONF = "/etc/kubernetes"
 PKI = f"{CONF}/pki"
@@ -149,6 +152,7 @@ class Kubernetes:
         self.pki = pki
         self.etcd_servers = etcd_servers
         self.api_address: str | None = None
+        self.service_cidr = SERVICE_CIDR         # the control plane's, once configured
         self.control_plane = None                # the Machine kubectl runs on
         self._certs: dict[str, tuple[Path, Path]] = {}
         self._lock = threading.Lock()
@@ -238,6 +242,7 @@ class Kubernetes:
         # (the `kubernetes` Service's endpoint must be of its family)
         address = addresses[-1] if _families(service_cidr)[0] == 6 else addresses[0]
         self.api_address = address
+        self.service_cidr = service_cidr
         files = {f"{PKI}/ca.crt": (self.pki.ca_cert.read_bytes(), 0o644),
                  f"{PKI}/ca.key": (self.pki.ca_key.read_bytes(), 0o600),
                  f"{PKI}/service-account.key": (self.sa_key.read_bytes(), 0o600),
@@ -362,6 +367,7 @@ class Kubernetes:
             # as the charms set it; prepare_node() made the machine's values so
             "protectKernelDefaults": True,
             "clusterDomain": "cluster.local",
+            "clusterDNS": [self.cluster_dns_address],
             # a test host's disk is not the node's: eviction only for real trouble
             "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
                              "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
@@ -393,6 +399,23 @@ class Kubernetes:
             "kube-proxy": [f"--config={CONF}/kube-proxy-config.yaml", "--v=1"],
         }
         return _apply(ctx, files, commands)
+
+    @property
+    def cluster_dns_address(self) -> str:
+        """The kube-dns Service's address, as the control plane charm picks
+        it: the tenth of its first service range."""
+        return str(ipaddress.ip_network(self.service_cidr.split(",")[0])[10])
+
+    def deploy_cluster_dns(self, timeout: float = 120) -> None:
+        """CoreDNS behind kube-dns (sandbox/manifests/coredns.yaml), as the
+        control plane charm deploys it, once its image is in the nodes'
+        containerd (sandbox.e2e_images); returns once it answers (Ready)."""
+        from sandbox.e2e_images import IMAGES
+        manifest = string.Template(COREDNS_MANIFEST.read_text()).substitute(
+            DNS_IP=self.cluster_dns_address, IMAGE=IMAGES["coredns"])
+        self.kubectl("apply", "-f", "-", input=manifest)
+        self.kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns",
+                     f"--timeout={int(timeout)}s", timeout=timeout + 10)
 
     @staticmethod
     def machine_of(ctx):

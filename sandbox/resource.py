@@ -13,6 +13,7 @@ API::
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
     crictl_path() -> Path                                # host-arch crictl, built if missing
     kubernetes_paths() -> {component: Path}              # kube-apiserver, kubelet, ...
+    e2e_paths() -> {name: Path}                          # e2e-network.test, agnhost, coredns
     binary_path(name, arch="amd64") -> Path
         # "flanneld" | "flanneld-previous" | "flannel" | "cnitool" | "crictl" | "actionlint"
         # | "flanneld-v0.11.0" | "kube-apiserver" | "kubelet" | "kube-controller-manager"
@@ -24,7 +25,7 @@ API::
 
 Command line::
 
-    python -m sandbox.resource [--cnitool] [--crictl] [--host-tools [--cached-only]]
+    python -m sandbox.resource [--cnitool] [--crictl] [--host-tools] [--e2e] [--cached-only]
 """
 
 from __future__ import annotations
@@ -78,16 +79,27 @@ KUBERNETES_COMPONENTS = ("kube-apiserver", "kubelet", "kube-controller-manager",
                          "kube-scheduler", "kube-proxy")
 
 
-def _kubernetes_component(name: str) -> GoBinary:
+def _kubernetes_ldflags() -> str:
+    """So that every component says v1.37.2 instead of v0.0.0-master."""
     major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
     version = "k8s.io/component-base/version"
-    return GoBinary(
-        name, f"k8s.io/kubernetes/cmd/{name}", KUBERNETES_VERSION, output=name,
-        module_dir=str(KUBERNETES_MODULE_DIR),
-        # so that every component says v1.37.2 instead of v0.0.0-master
-        ldflags=(f"-s -w -X {version}.gitVersion={KUBERNETES_VERSION} "
-                 f"-X {version}.gitMajor={major} -X {version}.gitMinor={minor} "
-                 f"-X {version}.gitTreeState=clean"))
+    return (f"-s -w -X {version}.gitVersion={KUBERNETES_VERSION} "
+            f"-X {version}.gitMajor={major} -X {version}.gitMinor={minor} "
+            f"-X {version}.gitTreeState=clean")
+
+
+def _kubernetes_component(name: str) -> GoBinary:
+    return GoBinary(name, f"k8s.io/kubernetes/cmd/{name}", KUBERNETES_VERSION, output=name,
+                    module_dir=str(KUBERNETES_MODULE_DIR), ldflags=_kubernetes_ldflags())
+
+
+# Kubernetes' e2e network tests and the agnhost their pods run, from the same
+# k8s.io/kubernetes release (sandbox/e2e-module), and CoreDNS, the cluster DNS
+# the control plane charm deploys (sandbox.conformance).
+E2E_MODULE_DIR = Path(__file__).parent / "e2e-module"
+AGNHOST_VERSION = "2.66.1"      # test/images/agnhost/VERSION at KUBERNETES_VERSION
+COREDNS_VERSION = "v1.15.0"
+E2E_BINARIES = ("e2e-network.test", "agnhost", "coredns")
 
 
 BINARIES = {
@@ -112,6 +124,14 @@ BINARIES = {
         prepare=flanneld_v011.prepare,
     ),
     **{name: _kubernetes_component(name) for name in KUBERNETES_COMPONENTS},
+    "e2e-network.test": GoBinary(
+        "e2e-network.test", "flannel-charm.invalid/e2e-network", KUBERNETES_VERSION,
+        output="e2e-network.test", module_dir=str(E2E_MODULE_DIR), test_binary=True,
+        ldflags=_kubernetes_ldflags()),
+    "agnhost": GoBinary("agnhost", "k8s.io/kubernetes/test/images/agnhost", AGNHOST_VERSION,
+                        output="agnhost", module_dir=str(E2E_MODULE_DIR)),
+    "coredns": GoBinary("coredns", "github.com/coredns/coredns", COREDNS_VERSION,
+                        output="coredns"),
     "containerd-2": _containerd2("containerd"),
     "containerd-shim-runc-v2-2": _containerd2("containerd-shim-runc-v2"),
 }
@@ -149,6 +169,12 @@ def kubernetes_paths(progress=None) -> dict[str, Path]:
     return {name: binary_path(name, host_arch(), progress) for name in KUBERNETES_COMPONENTS}
 
 
+def e2e_paths(progress=None) -> dict[str, Path]:
+    """Kubernetes' e2e network tests, agnhost and CoreDNS (sandbox.conformance),
+    built one after another (the first two share most of their packages)."""
+    return {name: binary_path(name, host_arch(), progress) for name in E2E_BINARIES}
+
+
 def build_host_tools(progress, start: float) -> int:
     """Every Go binary the sandbox runs here, built (or found cached) at once:
     Kubernetes' components (the longest: minutes on a cold cache) in one
@@ -174,15 +200,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-tools", action="store_true",
                         help="build what the sandbox runs on this host (flanneld, the flannel "
                              "plugin, cnitool, crictl, ...), as many at once as there are cores")
+    parser.add_argument("--e2e", action="store_true",
+                        help="build Kubernetes' e2e network tests, agnhost and CoreDNS "
+                             "(python -m sandbox conformance)")
     parser.add_argument("--cached-only", action="store_true",
-                        help="with --host-tools: build nothing, exit 1 unless all are cached")
+                        help="with --host-tools or --e2e: build nothing, exit 1 unless all "
+                             "are cached")
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    if args.host_tools and args.cached_only:
-        every = HOST_TOOLS + KUBERNETES_COMPONENTS
+    start = time.monotonic()
+    if args.cached_only:
+        every = ((HOST_TOOLS + KUBERNETES_COMPONENTS if args.host_tools else ())
+                 + (E2E_BINARIES if args.e2e else ()))
         return 0 if all(cached(BINARIES[n], host_arch()) for n in every) else 1
     if args.host_tools:
-        return build_host_tools(progress, time.monotonic())
+        return build_host_tools(progress, start)
+    if args.e2e:
+        try:
+            e2e_paths(progress)
+        except BuildFailed as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        progress(f"e2e binaries done in {time.monotonic() - start:.1f}s")
+        return 0
     try:
         for wanted, path in ((args.cnitool, cnitool_path), (args.crictl, crictl_path)):
             if wanted:

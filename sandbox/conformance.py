@@ -1,0 +1,331 @@
+"""Kubernetes' own e2e network tests judging the charm: the `[sig-network]`
+`[Conformance]` specs of k8s.io/kubernetes at the release the sandbox runs
+(sandbox/e2e-module, unchanged), on a sandbox cluster with flannel in one of
+the modes it serves.
+
+    python -m sandbox conformance --charm DIR [--resource TARBALL]
+        --mode etcd|dual-stack|kubernetes|ipv6-only [--focus REGEX]
+        [--junit DIR] [--after-remove-add [--old-charm]]
+
+The cluster is the demo's, as Charmed Kubernetes deploys it: a control plane
+and two workers on containerd 2, flannel related to etcd and to both
+principals' `cni`, CoreDNS behind kubelet's clusterDNS (the control plane
+charm's), the e2e images in every machine's containerd (sandbox.e2e_images).
+The suite runs on the control-plane machine (the host has no route to the
+test network) with the admin's kubeconfig, one spec after another; its
+output goes to e2e.log and its JUnit report to junit_01.xml in --junit DIR
+(a temporary directory by default), and a table of every spec's outcome,
+each skip with its reason, is printed at the end.
+
+Modes (the flannel and control plane options each deploys with):
+
+- etcd: flannel's default, IPv4 (`cidr` 10.1.0.0/16);
+- dual-stack: etcd with `ipv6-cidr`, the control plane's service-cidr of
+  both families; the `[Feature:IPv6DualStack]` specs run too;
+- kubernetes: `subnet-manager=kubernetes`, the controller-manager
+  allocating Node pod CIDRs from flannel's `cidr` (IPv4);
+- ipv6-only: the Kubernetes subnet manager on an IPv6-only cluster.
+
+--after-remove-add runs the same selection after the bug report's
+`juju remove-relation kubernetes-worker flannel` and `add-relation`; with
+--old-charm, on the charm this one replaces (charm-flannel f79f180, the
+reactive worker of 2020 and etcd's v2 API): the negative control, whose
+specs that place pods on a worker fail.
+
+API::
+
+    report = run(charm_dir, resource, "etcd", focus=None, junit_dir=None,
+                 after_remove_add=False, old_charm=False, say=print)
+    report.specs -> [Spec(name, state, seconds, message)]; report.table()
+    report.summary (ginkgo's last lines); report.passed (bool)
+    MODES, CONFORMANCE_FOCUS, SKIPPED (spec -> why it cannot run here)
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from sandbox.cli import charm_parser, resource_for
+from sandbox.cluster import CONTROL_PLANE_MACHINE, Cluster, ClusterError
+from sandbox.e2e_images import IMAGES
+from sandbox.kubernetes import CONF, kubectl_binary
+from sandbox.resource import binary_path, e2e_paths, host_arch, kubernetes_paths
+
+CONFORMANCE_FOCUS = r"\[sig-network\].*\[Conformance\]"
+# the everyday suite's few (tests/functional/test_kubernetes_sees_the_overlay.py):
+# pod to pod and node to pod, HTTP and UDP, across the nodes; a Service
+FAST_FOCUS = (r"\[sig-network\] (Networking Granular Checks: Pods should function for "
+              r"(intra-pod|node-pod) communication: (http|udp) .*\[Conformance\]"
+              r"|Services should serve a basic endpoint from pods \[Conformance\])")
+DUAL_STACK_FOCUS = r"\[sig-network\].*\[Feature:IPv6DualStack\]"
+# Specs whose own preconditions exclude a cluster like this one, each with
+# the reason (the README's Conformance section lists them).
+SKIPPED: dict[str, str] = {}
+# how long the whole selection may take (ginkgo's own limit; minutes per spec)
+SUITE_TIMEOUT = "2h"
+IPV6_CIDR = "fd10:1::/56"
+# ginkgo -v's line as a spec ends: "• [12.3 seconds]", "• [FAILED] [124.2
+# seconds]", "S [SKIPPED] [0.0 seconds]"
+WILL_RUN = re.compile(r"^Will run (\d+) of")
+SPEC_END = re.compile(r"^(?:• (\[[A-Z]+\] )?\[([\d.]+) seconds\]|S \[SKIPPED\](?: \[([\d.]+) seconds\])?)")
+IPV4_SERVICES = "10.152.183.0/24"
+IPV6_SERVICES = "fd00:10:152:183::/112"
+
+
+@dataclass(frozen=True)
+class Mode:
+    flannel: dict
+    control_plane: dict
+    focus: tuple = (CONFORMANCE_FOCUS,)
+
+
+ALLOCATE_V4 = "allocate-node-cidrs=true node-cidr-mask-size-ipv4=24"
+MODES = {
+    "etcd": Mode({}, {}),
+    "dual-stack": Mode({"ipv6-cidr": IPV6_CIDR},
+                       {"service-cidr": f"{IPV4_SERVICES},{IPV6_SERVICES}"},
+                       (CONFORMANCE_FOCUS, DUAL_STACK_FOCUS)),
+    "kubernetes": Mode({"subnet-manager": "kubernetes"},
+                       {"controller-manager-extra-args": ALLOCATE_V4}),
+    "ipv6-only": Mode({"subnet-manager": "kubernetes", "cidr": "", "ipv6-cidr": IPV6_CIDR},
+                      {"service-cidr": IPV6_SERVICES,
+                       "controller-manager-extra-args":
+                           "allocate-node-cidrs=true node-cidr-mask-size-ipv6=64"}),
+}
+
+
+@dataclass
+class Spec:
+    name: str
+    state: str          # passed | failed | skipped
+    seconds: float
+    message: str = ""
+
+
+@dataclass
+class Report:
+    mode: str
+    specs: list = field(default_factory=list)
+    summary: str = ""
+    seconds: float = 0.0
+    exit_code: int = 0
+    selected: int = 0          # ginkgo's "Will run N of M specs"
+    junit: Path | None = None
+
+    def count(self, state: str) -> int:
+        return sum(1 for s in self.specs if s.state == state)
+
+    @property
+    def passed(self) -> bool:
+        return (self.exit_code == 0 and self.count("failed") == 0 and self.count("passed") > 0
+                and len(self.specs) == self.selected)
+
+    def table(self) -> str:
+        width = max((len(s.name) for s in self.specs), default=10)
+        rows = [f"{'spec':<{width}}  {'result':<7}  seconds"]
+        for spec in sorted(self.specs, key=lambda s: (s.state != "failed", s.name)):
+            rows.append(f"{spec.name:<{width}}  {spec.state:<7}  {spec.seconds:7.1f}")
+            if spec.state != "passed" and spec.message:
+                rows.append(f"    {spec.message.strip().splitlines()[0][:160]}")
+        unrun = self.selected - len(self.specs)
+        rows.append(f"{self.mode}: {self.count('passed')} passed, {self.count('failed')} "
+                    f"failed, {self.count('skipped')} skipped"
+                    + (f", {unrun} not run" if unrun > 0 else "")
+                    + f" of {self.selected} in {self.seconds:.0f} s")
+        return "\n".join(rows)
+
+
+def read_junit(path: Path) -> list[Spec]:
+    """Every spec ginkgo's JUnit report holds that ran or skipped itself
+    (ginkgo lists the specs outside the focus as skipped with the bare
+    message "skipped": left out)."""
+    specs = []
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        name = re.sub(r"^\[It\]\s*", "", case.get("name", ""))
+        status = case.get("status", "")
+        skipped = case.find("skipped")
+        if status == "skipped" and skipped is not None and skipped.get("message") == "skipped":
+            continue
+        if name.startswith("[SynchronizedBeforeSuite]") or name.startswith("[Synchronized"):
+            if status == "passed":
+                continue
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        message = (failure.get("message") if failure is not None
+                   else skipped.get("message") if skipped is not None else "") or ""
+        state = ("passed" if status == "passed" else "skipped" if status == "skipped"
+                 else "failed")
+        specs.append(Spec(name, state, float(case.get("time", 0) or 0), message))
+    return specs
+
+
+def prepare(cluster: Cluster, mode: str, say: Callable[[str], None]) -> None:
+    """Flannel in `mode`, every node Ready, then the cluster DNS."""
+    k8s = cluster.kubernetes
+    cluster.deploy_flannel(config=MODES[mode].flannel or None)
+    with cluster.timings.phase("flannel active, every node Ready", say):
+        cluster.wait_for_flannel(timeout=180)
+        k8s.wait_nodes_ready(list(cluster.machines), timeout=180)
+        k8s.wait_default_service_account()
+    say(cluster.status_table())
+    if not prepare_dns(cluster, say):
+        raise ClusterError("a pod cannot resolve kubernetes.default through CoreDNS")
+
+
+def prepare_dns(cluster: Cluster, say: Callable[[str], None]) -> bool:
+    """CoreDNS deployed as the control plane charm does, every node
+    schedulable, shown as an operator would look (`kubectl get pods -A`, a
+    pod resolving kubernetes.default). True if that pod resolved it."""
+    k8s = cluster.kubernetes
+    with cluster.timings.phase("CoreDNS Ready, every node schedulable", say):
+        k8s.deploy_cluster_dns()
+        wait_schedulable(k8s)
+    say(f"$ kubectl get pods -A -o wide\n{k8s.kubectl('get', 'pods', '-A', '-o', 'wide').stdout}")
+    k8s.kubectl("run", "dns-check", f"--image={IMAGES['agnhost']}", "--restart=Never",
+                "--overrides={\"spec\": {\"nodeName\": \"m1\"}}", "--", "pause")
+    k8s.wait_pod_running("dns-check")
+    lookup = k8s.kubectl("exec", "dns-check", "--", "nslookup", "kubernetes.default",
+                         check=False)
+    say(f"$ kubectl exec dns-check -- nslookup kubernetes.default\n"
+        f"{(lookup.stdout + lookup.stderr).rstrip()}")
+    k8s.kubectl("delete", "pod", "dns-check", "--wait=false")
+    return lookup.returncode == 0 and "kubernetes.default.svc.cluster.local" in lookup.stdout
+
+
+def wait_schedulable(k8s, timeout: float = 60) -> None:
+    """No node tainted not-ready any more (the e2e suite waits for that in
+    30-second steps before its first spec)."""
+    def untainted() -> bool:
+        return not any(t.get("key", "").startswith("node.kubernetes.io/")
+                       for node in k8s.get("nodes")["items"]
+                       for t in node["spec"].get("taints") or [])
+    k8s.wait_for("every node schedulable", untainted, timeout)
+
+
+def remove_and_add(cluster: Cluster, say: Callable[[str], None]) -> None:
+    """The bug report's cycle on the workers."""
+    with cluster.timings.phase("juju remove-relation kubernetes-worker flannel; add-relation",
+                               say):
+        cluster.remove_cni_relation()
+        cluster.add_cni_relation()
+        cluster.wait_for_flannel(timeout=180)
+        cluster.kubernetes.wait_nodes_ready(list(cluster.machines), timeout=180)
+        wait_schedulable(cluster.kubernetes)
+    say(cluster.status_table())
+
+
+def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
+              say: Callable[[str], None]) -> Report:
+    """The e2e binary on the control-plane machine: its output into
+    junit_dir/e2e.log, a line per finished spec to `say`."""
+    e2e = binary_path("e2e-network.test", host_arch())
+    focus = focus or "|".join(f"({f})" for f in MODES[mode].focus)
+    skip = "|".join(re.escape(name) for name in SKIPPED) or "^$"
+    junit_dir.mkdir(parents=True, exist_ok=True)
+    for old in junit_dir.glob("junit_*.xml"):
+        old.unlink()
+    argv = [str(e2e), f"--kubeconfig={CONF}/admin.conf", "--provider=local",
+            f"--kubectl-path={kubectl_binary()}", f"--report-dir={junit_dir}",
+            f"--ginkgo.focus={focus}", f"--ginkgo.skip={skip}", "--ginkgo.no-color",
+            "--ginkgo.v", f"--ginkgo.timeout={SUITE_TIMEOUT}", "--dump-logs-on-failure=false"]
+    say(f"$ {' '.join(argv[:1])} --ginkgo.focus='{focus}' ... (on {CONTROL_PLANE_MACHINE}; "
+        f"log: {junit_dir / 'e2e.log'})")
+    machine = cluster.machines[CONTROL_PLANE_MACHINE]
+    started = time.monotonic()
+    summary = []
+    with open(junit_dir / "e2e.log", "w") as log:
+        proc = machine.popen(argv, cwd=str(junit_dir), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, bufsize=1)
+        finished, title = 0, ""
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            text = line.rstrip("\n")
+            if text.startswith("[sig-network]"):
+                title = text
+            ended = SPEC_END.match(text)
+            if ended:
+                finished += 1
+                outcome = ("skipped" if ended.group(0).startswith("S")
+                           else (ended.group(1) or "[passed]").strip()[1:-1].lower())
+                seconds = float(ended.group(2) or ended.group(3) or 0)
+                say(f"   {finished:3d} {outcome:<8} {seconds:6.1f} s  "
+                    f"{title[:140]}")
+            if re.match(r"^(Ran \d+ of|SUCCESS!|FAIL!|Will run)", text):
+                summary.append(text)
+                say(f"   {text}")
+        proc.wait()
+    junit = junit_dir / "junit_01.xml"
+    will_run = next((int(m.group(1)) for m in map(WILL_RUN.match, summary) if m), 0)
+    return Report(mode, read_junit(junit) if junit.is_file() else [], "\n".join(summary),
+                  time.monotonic() - started, proc.returncode, will_run, junit)
+
+
+@contextlib.contextmanager
+def conformance_cluster(charm_dir: Path, resource: Path, mode: str,
+                        say: Callable[[str], None] = print, **cluster_args):
+    """The cluster the suite runs on, up (flannel not yet deployed)."""
+    spec = MODES[mode]
+    with Cluster(charm_dir, resource, **{
+            "workers": 2, "worker_generation": "ops", "control_plane": True,
+            "kubernetes": True, "containerd": "2", "e2e_images": True,
+            "control_plane_config": spec.control_plane or None,
+            "label": f"conformance-{mode}", "say": say, **cluster_args}) as cluster:
+        yield cluster
+
+
+def run(charm_dir: Path, resource: Path, mode: str, *, focus: str | None = None,
+        junit_dir: Path | None = None, after_remove_add: bool = False,
+        old_charm: bool = False, say: Callable[[str], None] = print) -> Report:
+    if old_charm:
+        raise NotImplementedError("--old-charm")
+    say("Kubernetes v1.37, its e2e network tests, agnhost and CoreDNS: built from the Go "
+        "module proxy on first use (minutes), then cached")
+    kubernetes_paths(progress=lambda line: say(f"   {line}"))
+    e2e_paths(progress=lambda line: say(f"   {line}"))
+    with tempfile.TemporaryDirectory(prefix="flannel-conformance.") as tmp:
+        junit_dir = Path(junit_dir or tmp).resolve()
+        with conformance_cluster(charm_dir, resource, mode, say) as cluster:
+            prepare(cluster, mode, say)
+            if after_remove_add:
+                remove_and_add(cluster, say)
+            with cluster.timings.phase(f"e2e: {mode}", say):
+                report = run_suite(cluster, mode, focus, junit_dir, say)
+            say(cluster.timings.table())
+    return report
+
+
+def main(argv: list[str]) -> int:
+    parser = charm_parser("conformance", __doc__)
+    parser.add_argument("--mode", choices=sorted(MODES), default="etcd")
+    parser.add_argument("--focus", help="a ginkgo focus regex instead of the mode's selection")
+    parser.add_argument("--junit", type=Path, help="where the JUnit report and e2e.log go")
+    parser.add_argument("--after-remove-add", action="store_true",
+                        help="run after `juju remove-relation kubernetes-worker flannel` "
+                             "and add-relation")
+    parser.add_argument("--old-charm", action="store_true",
+                        help="with --after-remove-add: the charm this one replaces (the "
+                             "negative control)")
+    args = parser.parse_args(argv)
+    resource = resource_for(args)
+    try:
+        report = run(args.charm, resource, args.mode, focus=args.focus, junit_dir=args.junit,
+                     after_remove_add=args.after_remove_add, old_charm=args.old_charm)
+    except ClusterError as error:
+        print(f"conformance failed: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; the sandbox was torn down", file=sys.stderr)
+        return 130
+    print(report.table())
+    print(report.summary)
+    return 0 if report.passed else 1
