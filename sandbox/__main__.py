@@ -5,7 +5,8 @@ python -m sandbox soak --charm DIR [--resource TARBALL] [--cycles 50] [--json FI
 python -m sandbox dataplane --charm DIR [--resource TARBALL] [--seconds 3] [--json FILE]
 python -m sandbox growth --charm DIR [--resource TARBALL] [--hooks 100] [--leases 16,1000,5000]
 python -m sandbox kube-bench --charm DIR [--resource TARBALL] [--pods 10] [--json FILE]
-python -m sandbox conformance --charm DIR [--resource TARBALL] --mode etcd|dual-stack|kubernetes|ipv6-only
+python -m sandbox conformance --charm DIR [--resource TARBALL]
+    --mode etcd|dual-stack|kubernetes|ipv6-only
     [--focus REGEX] [--junit DIR] [--after-remove-add [--old-charm]]
 python -m sandbox charmcraft-pack [--platform ubuntu-22.04-amd64] [--out DIR]
 

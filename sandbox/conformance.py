@@ -42,7 +42,6 @@ API::
 """
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import sys
@@ -55,6 +54,7 @@ from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
 from sandbox.cluster import CONTROL_PLANE_MACHINE, Cluster, ClusterError
+from sandbox.demo import OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.e2e_images import IMAGES
 from sandbox.kubernetes import CONF, kubectl_binary
 from sandbox.resource import binary_path, e2e_paths, host_arch, kubernetes_paths
@@ -72,10 +72,11 @@ SKIPPED: dict[str, str] = {}
 # how long the whole selection may take (ginkgo's own limit; minutes per spec)
 SUITE_TIMEOUT = "2h"
 IPV6_CIDR = "fd10:1::/56"
+WILL_RUN = re.compile(r"^Will run (\d+) of")
 # ginkgo -v's line as a spec ends: "• [12.3 seconds]", "• [FAILED] [124.2
 # seconds]", "S [SKIPPED] [0.0 seconds]"
-WILL_RUN = re.compile(r"^Will run (\d+) of")
-SPEC_END = re.compile(r"^(?:• (\[[A-Z]+\] )?\[([\d.]+) seconds\]|S \[SKIPPED\](?: \[([\d.]+) seconds\])?)")
+SPEC_END = re.compile(r"^(?:• (\[[A-Z]+\] )?\[([\d.]+) seconds\]"
+                      r"|S \[SKIPPED\](?: \[([\d.]+) seconds\])?)")
 IPV4_SERVICES = "10.152.183.0/24"
 IPV6_SERVICES = "fd00:10:152:183::/112"
 
@@ -201,12 +202,17 @@ def prepare_dns(cluster: Cluster, say: Callable[[str], None]) -> bool:
     return lookup.returncode == 0 and "kubernetes.default.svc.cluster.local" in lookup.stdout
 
 
+def _ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in node["status"].get("conditions", []))
+
+
 def wait_schedulable(k8s, timeout: float = 60) -> None:
-    """No node tainted not-ready any more (the e2e suite waits for that in
-    30-second steps before its first spec)."""
+    """No Ready node tainted not-ready any more (the e2e suite waits for
+    that in 30-second steps before its first spec)."""
     def untainted() -> bool:
         return not any(t.get("key", "").startswith("node.kubernetes.io/")
-                       for node in k8s.get("nodes")["items"]
+                       for node in k8s.get("nodes")["items"] if _ready(node)
                        for t in node["spec"].get("taints") or [])
     k8s.wait_for("every node schedulable", untainted, timeout)
 
@@ -218,13 +224,13 @@ def remove_and_add(cluster: Cluster, say: Callable[[str], None]) -> None:
         cluster.remove_cni_relation()
         cluster.add_cni_relation()
         cluster.wait_for_flannel(timeout=180)
-        cluster.kubernetes.wait_nodes_ready(list(cluster.machines), timeout=180)
+        cluster.kubernetes.wait_nodes_ready(cluster.worker_machines(), timeout=180)
         wait_schedulable(cluster.kubernetes)
     say(cluster.status_table())
 
 
 def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
-              say: Callable[[str], None]) -> Report:
+              say: Callable[[str], None], not_ready_nodes: int = 0) -> Report:
     """The e2e binary on the control-plane machine: its output into
     junit_dir/e2e.log, a line per finished spec to `say`."""
     e2e = binary_path("e2e-network.test", host_arch())
@@ -236,7 +242,8 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
     argv = [str(e2e), f"--kubeconfig={CONF}/admin.conf", "--provider=local",
             f"--kubectl-path={kubectl_binary()}", f"--report-dir={junit_dir}",
             f"--ginkgo.focus={focus}", f"--ginkgo.skip={skip}", "--ginkgo.no-color",
-            "--ginkgo.v", f"--ginkgo.timeout={SUITE_TIMEOUT}", "--dump-logs-on-failure=false"]
+            "--ginkgo.v", f"--ginkgo.timeout={SUITE_TIMEOUT}", "--dump-logs-on-failure=false",
+            f"--allowed-not-ready-nodes={not_ready_nodes}"]
     say(f"$ {' '.join(argv[:1])} --ginkgo.focus='{focus}' ... (on {CONTROL_PLANE_MACHINE}; "
         f"log: {junit_dir / 'e2e.log'})")
     machine = cluster.machines[CONTROL_PLANE_MACHINE]
@@ -270,36 +277,39 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
                   time.monotonic() - started, proc.returncode, will_run, junit)
 
 
-@contextlib.contextmanager
-def conformance_cluster(charm_dir: Path, resource: Path, mode: str,
-                        say: Callable[[str], None] = print, **cluster_args):
-    """The cluster the suite runs on, up (flannel not yet deployed)."""
-    spec = MODES[mode]
-    with Cluster(charm_dir, resource, **{
-            "workers": 2, "worker_generation": "ops", "control_plane": True,
+def cluster_options(mode: str) -> dict:
+    """Cluster's options for the suite's cluster in `mode`: the demo's, as
+    Charmed Kubernetes deploys it, with the e2e images."""
+    return {"workers": 2, "worker_generation": "ops", "control_plane": True,
             "kubernetes": True, "containerd": "2", "e2e_images": True,
-            "control_plane_config": spec.control_plane or None,
-            "label": f"conformance-{mode}", "say": say, **cluster_args}) as cluster:
-        yield cluster
+            "control_plane_config": MODES[mode].control_plane or None}
 
 
 def run(charm_dir: Path, resource: Path, mode: str, *, focus: str | None = None,
         junit_dir: Path | None = None, after_remove_add: bool = False,
         old_charm: bool = False, say: Callable[[str], None] = print) -> Report:
-    if old_charm:
-        raise NotImplementedError("--old-charm")
     say("Kubernetes v1.37, its e2e network tests, agnhost and CoreDNS: built from the Go "
         "module proxy on first use (minutes), then cached")
     kubernetes_paths(progress=lambda line: say(f"   {line}"))
     e2e_paths(progress=lambda line: say(f"   {line}"))
+    options = ({**cluster_options(mode), **OLD_CHARM_CLUSTER, "containerd": "1.6"}
+               if old_charm else cluster_options(mode))
     with tempfile.TemporaryDirectory(prefix="flannel-conformance.") as tmp:
         junit_dir = Path(junit_dir or tmp).resolve()
-        with conformance_cluster(charm_dir, resource, mode, say) as cluster:
-            prepare(cluster, mode, say)
+        with Cluster(charm_dir, resource, label=f"conformance-{mode}", say=say,
+                     **options) as cluster:
+            if old_charm:
+                deploy_old_charm(cluster, Path(tmp), say)
+                if not prepare_dns(cluster, say):
+                    raise ClusterError("a pod cannot resolve kubernetes.default")
+            else:
+                prepare(cluster, mode, say)
             if after_remove_add:
                 remove_and_add(cluster, say)
             with cluster.timings.phase(f"e2e: {mode}", say):
-                report = run_suite(cluster, mode, focus, junit_dir, say)
+                # the old charm's control plane node has no network: not Ready
+                report = run_suite(cluster, mode, focus, junit_dir, say,
+                                   not_ready_nodes=1 if old_charm else 0)
             say(cluster.timings.table())
     return report
 

@@ -126,7 +126,7 @@ def _digest(data: bytes) -> str:
 
 
 def oci_archive(image: str, argv: list[str], layer: tuple[bytes, bytes], *,
-                 cmd: list[str] | None = None, path: str = "/bin") -> bytes:
+                cmd: list[str] | None = None, path: str = "/bin") -> bytes:
     """An OCI image layout (index.json, oci-layout, blobs) as a tar, named
     `image` for containerd through the io.containerd.image.name annotation;
     `argv` its entrypoint (none if empty), `cmd` what a pod that gives no

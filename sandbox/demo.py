@@ -179,6 +179,33 @@ MISSING_FLANNEL_EVENT = re.compile(
     r'\[/opt/cni/bin\]')
 
 
+# The bug report's cluster: the reactive kubernetes-worker of 2020, etcd
+# serving its v2 API (flannel v0.11's), Kubernetes on the workers
+OLD_CHARM_CLUSTER = {"worker_generation": "reactive", "control_plane": True,
+                     "kubernetes": True, "etcd_v2": True}
+
+
+def deploy_old_charm(cluster: Cluster, workdir: Path, say: Callable[[str], None]) -> None:
+    """charm-flannel at f79f180 (sandbox.old_flannel, its stop hook
+    included) related to etcd and the workers, every worker Ready (the
+    control plane's kubelet has no CNI: the old charm never related to it)."""
+    from sandbox.cluster import CNI_RELATION, ETCD_RELATION
+    from sandbox.old_flannel import old_charm_dir, old_resource
+
+    k8s = cluster.kubernetes
+    old = old_resource(cluster.resource, workdir / "old-resource", "f79f180")
+    with cluster.timings.phase("deploy charm-flannel f79f180 (the bug report's)", say):
+        cluster.controller.deploy(FLANNEL, old_charm_dir(workdir / "old-charm", "f79f180",
+                                                         stop_hook=True),
+                                  resources={cluster.resource_name: old})
+        cluster.controller.add_relation(*ETCD_RELATION)
+        cluster.controller.add_relation(*CNI_RELATION)
+        cluster.settle()
+        cluster.wait_for_flannel(timeout=120)
+        k8s.wait_nodes_ready(cluster.worker_machines(), timeout=120)
+        k8s.wait_default_service_account()
+
+
 def negative_control(charm_dir: Path, resource: Path, workdir: Path,
                      say: Callable[[str], None] = print) -> str | None:
     """The bug report itself: charm-flannel at f79f180 (sandbox.old_flannel,
@@ -186,24 +213,10 @@ def negative_control(charm_dir: Path, resource: Path, workdir: Path,
     Kubernetes; busybox.yaml Running, `juju remove-relation` and
     `add-relation`, then a new pod. Returns the event kubelet gives the new
     pod that matches the report's words, None if none does."""
-    from sandbox.cluster import CNI_RELATION, ETCD_RELATION
-    from sandbox.old_flannel import old_charm_dir, old_resource
-
-    with Cluster(charm_dir, resource, workers=1, worker_generation="reactive",
-                 control_plane=True, kubernetes=True, etcd_v2=True,
+    with Cluster(charm_dir, resource, workers=1, **OLD_CHARM_CLUSTER,
                  say=lambda text: say(f"[negative control] {text}")) as cluster:
         k8s = cluster.kubernetes
-        old = old_resource(resource, workdir / "old-resource", "f79f180")
-        with cluster.timings.phase("deploy charm-flannel f79f180 (the bug report's)", say):
-            cluster.controller.deploy(FLANNEL, old_charm_dir(workdir / "old-charm", "f79f180",
-                                                             stop_hook=True),
-                                      resources={cluster.resource_name: old})
-            cluster.controller.add_relation(*ETCD_RELATION)
-            cluster.controller.add_relation(*CNI_RELATION)
-            cluster.settle()
-            cluster.wait_for_flannel(timeout=120)
-            k8s.wait_nodes_ready(["m1"], timeout=120)
-            k8s.wait_default_service_account()
+        deploy_old_charm(cluster, workdir, say)
         k8s.kubectl("create", "-f", "-", input=BUSYBOX_YAML)
         k8s.wait_pod_running("busybox", timeout=RUNNING_WITHIN)
         say(f"$ kubectl get po\n{k8s.kubectl('get', 'po').stdout.rstrip()}")

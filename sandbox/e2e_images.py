@@ -293,12 +293,37 @@ def _key() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# IMAGES' names in the e2e framework's manifest (test/utils/image/manifest.go)
+MANIFEST_NAMES = {"agnhost": "Agnhost", "busybox": "BusyBox", "pause": "Pause",
+                  "glibc-dns-testing": "GlibcDnsTesting", "nginx": "Nginx"}
+REGISTRIES = {"PromoterE2eRegistry": E2E_REGISTRY, "GcRegistry": "registry.k8s.io"}
+
+
+def manifest_references() -> dict[str, str]:
+    """The references the e2e framework of the sandbox's release asks for,
+    read from its image manifest."""
+    text = (_kubernetes_source() / "test/utils/image/manifest.go").read_text()
+    found = {}
+    for name, config in MANIFEST_NAMES.items():
+        m = re.search(rf'configs\[{config}\] = Config\{{list\.(\w+), "([^"]+)", "([^"]+)"\}}',
+                      text)
+        if m and m.group(1) in REGISTRIES:
+            found[name] = f"{REGISTRIES[m.group(1)]}/{m.group(2)}:{m.group(3)}"
+    return found
+
+
 def archives(progress=None) -> dict[str, Path]:
     """Every image's OCI archive, built into $FLANNEL_CACHE/images/e2e once
-    (one builder at a time; the others find them made)."""
+    (one builder at a time; the others find them made). Refuses to build
+    under a name the e2e framework does not ask for."""
+    key = _key()      # the binaries built first: their build brings the e2e sources
+    wanted = manifest_references()
+    wrong = {n: (IMAGES[n], wanted.get(n)) for n in MANIFEST_NAMES if wanted.get(n) != IMAGES[n]}
+    if wrong:
+        raise RuntimeError(f"e2e images named otherwise than the e2e framework asks "
+                           f"(ours, its): {wrong}")
     out_dir = cache_root() / "images" / "e2e"
     out_dir.mkdir(parents=True, exist_ok=True)
-    key = _key()
     paths = {name: out_dir / f"{name}-{key}.oci.tar" for name in SPECS}
     if all(p.is_file() for p in paths.values()):
         return paths

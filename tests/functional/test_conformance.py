@@ -1,0 +1,39 @@
+"""Kubernetes' own e2e tests judge the charm (sandbox.conformance): every
+`[sig-network]` `[Conformance]` spec of k8s.io/kubernetes v1.37.2, unchanged,
+on a control plane and two workers, in each mode flannel serves, and after
+the bug report's remove/add cycle. Each mode is a cluster and about N
+minutes: scripts/test --full only. The everyday suite runs five of these
+specs (test_kubernetes_sees_the_overlay.py).
+"""
+from __future__ import annotations
+
+import pytest
+
+from sandbox import profile
+from sandbox.conformance import MODES, cluster_options, prepare, remove_and_add, run_suite
+
+pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
+              pytest.mark.skipif(profile.current() != profile.FULL,
+                                 reason="the whole conformance selection: scripts/test --full")]
+
+
+def judged(open_cluster, mode: str, tmp_path, *, after_remove_add: bool = False):
+    with open_cluster(f"conformance-{mode}", **cluster_options(mode)) as cluster:
+        prepare(cluster, mode, print)
+        if after_remove_add:
+            remove_and_add(cluster, print)
+        report = run_suite(cluster, mode, None, tmp_path, print)
+    print(report.table())
+    return report
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_every_sig_network_conformance_spec_passes(open_cluster, mode, tmp_path):
+    report = judged(open_cluster, mode, tmp_path)
+    assert report.passed, report.table()
+    assert report.count("skipped") == 0, report.table()
+
+
+def test_every_spec_passes_after_the_bug_reports_remove_add(open_cluster, tmp_path):
+    report = judged(open_cluster, "etcd", tmp_path, after_remove_add=True)
+    assert report.passed, report.table()

@@ -1,0 +1,88 @@
+"""How sandbox.conformance reads ginkgo's report: which specs count, and
+when a run is a pass (fast: no cluster)."""
+from __future__ import annotations
+
+import re
+
+from sandbox.conformance import FAST_FOCUS, SPEC_END, Report, read_junit
+
+# ginkgo v2's JUnit, as the e2e binary writes it (junit_01.xml)
+JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="5" disabled="0" errors="0" failures="1" time="120.5">
+  <testsuite name="Kubernetes e2e suite" package="/tmp/x" tests="5" failures="1">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite"
+              status="passed" time="0.1"></testcase>
+    <testcase name="[It] [sig-network] DNS should provide DNS for services [Conformance]"
+              classname="Kubernetes e2e suite" status="passed" time="12.5"></testcase>
+<testcase name="[It] [sig-network] Services should serve a basic endpoint from pods [Conformance]"
+              classname="Kubernetes e2e suite" status="failed" time="124.2">
+      <failure message="service is not reachable within 2m0s timeout" type="failed">...</failure>
+    </testcase>
+    <testcase name="[It] [sig-network] DNS should provide DNS for the cluster [Provider:gce]"
+              classname="Kubernetes e2e suite" status="skipped" time="0.03">
+      <skipped message="skipped - Only supported for providers [gce] (not local)"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-storage] Secrets should be immutable [Conformance]"
+              classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+  </testsuite>
+</testsuites>
+"""
+
+
+def test_the_report_holds_what_ran_or_skipped_itself_not_what_the_focus_left_out(tmp_path):
+    path = tmp_path / "junit_01.xml"
+    path.write_text(JUNIT)
+    specs = {s.name: s for s in read_junit(path)}
+    assert sorted(specs) == [
+        "[sig-network] DNS should provide DNS for services [Conformance]",
+        "[sig-network] DNS should provide DNS for the cluster [Provider:gce]",
+        "[sig-network] Services should serve a basic endpoint from pods [Conformance]"]
+    failed = specs["[sig-network] Services should serve a basic endpoint from pods [Conformance]"]
+    assert (failed.state, failed.seconds) == ("failed", 124.2)
+    assert "not reachable" in failed.message
+    skipped = specs["[sig-network] DNS should provide DNS for the cluster [Provider:gce]"]
+    assert skipped.state == "skipped" and "providers [gce]" in skipped.message
+
+
+def test_a_run_passes_only_when_every_selected_spec_passed(tmp_path):
+    path = tmp_path / "junit_01.xml"
+    path.write_text(JUNIT)
+    specs = read_junit(path)
+    assert not Report("etcd", specs, selected=3).passed          # one failed
+    passing = [s for s in specs if s.state == "passed"]
+    assert Report("etcd", passing, selected=1).passed
+    assert not Report("etcd", passing, selected=2).passed       # one never ran
+    assert not Report("etcd", passing, selected=1, exit_code=1).passed
+    table = Report("etcd", specs, selected=4, seconds=130).table()
+    assert "etcd: 1 passed, 1 failed, 1 skipped, 1 not run of 4 in 130 s" in table
+    assert "Only supported for providers [gce]" in table
+
+
+def test_ginkgo_spec_endings_are_read():
+    assert SPEC_END.match("• [16.261 seconds]").group(2) == "16.261"
+    assert SPEC_END.match("• [FAILED] [124.184 seconds]").group(1).strip() == "[FAILED]"
+    assert SPEC_END.match("S [SKIPPED] [0.029 seconds]").group(3) == "0.029"
+    assert SPEC_END.match("  STEP: Creating a kubernetes client") is None
+
+
+def test_the_everyday_focus_is_the_four_granular_checks_and_a_service():
+    names = [
+        "[sig-network] Networking Granular Checks: Pods should function for intra-pod "
+        "communication: http [Conformance] [NodeConformance]",
+        "[sig-network] Networking Granular Checks: Pods should function for intra-pod "
+        "communication: udp [Conformance] [NodeConformance]",
+        "[sig-network] Networking Granular Checks: Pods should function for node-pod "
+        "communication: http [LinuxOnly] [Conformance] [NodeConformance]",
+        "[sig-network] Networking Granular Checks: Pods should function for node-pod "
+        "communication: udp [LinuxOnly] [Conformance] [NodeConformance]",
+        "[sig-network] Services should serve a basic endpoint from pods [Conformance]",
+    ]
+    others = [
+        "[sig-network] Networking Granular Checks: Pods should function for intra-pod "
+        "communication: sctp [LinuxOnly] [Feature:SCTPConnectivity]",
+        "[sig-network] Services should serve multiport endpoints from pods [Conformance]",
+        "[sig-network] DNS should provide DNS for the cluster [Conformance]",
+    ]
+    assert [n for n in names + others if re.search(FAST_FOCUS, n)] == names
