@@ -187,6 +187,26 @@ def test_the_bug_reports_flanneld_is_v0_11_0_built_from_the_proxy(sandbox_host):
     assert "-kube-subnet-mgr" in usage.stderr and "-ip-masq" in usage.stderr
 
 
+@pytest.mark.gobuild
+def test_the_e2e_suite_is_the_sandboxs_release_with_its_network_conformance_specs(
+        sandbox_host, tmp_path):
+    """Kubernetes' e2e tests (sandbox/e2e-module) are those of the release
+    the sandbox runs, and select the 47 [sig-network] [Conformance] specs of
+    v1.37.2 (43 in test/e2e/network, the 4 granular checks of
+    test/e2e/common/network), static like every binary here."""
+    from sandbox.conformance import CONFORMANCE_FOCUS
+    path = resource.binary_path("e2e-network.test", resource.host_arch())
+    assert resource.elf_interpreter(path) is None
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == resource.KUBERNETES_VERSION
+    listing = subprocess.run([path, "--ginkgo.dry-run", "--ginkgo.v", "--ginkgo.no-color",
+                              f"--ginkgo.focus={CONFORMANCE_FOCUS}"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    specs = [line for line in listing.stdout.splitlines() if line.startswith("[sig-network]")]
+    assert len(specs) == 47 and "Will run 47 of" in listing.stdout, listing.stdout[-2000:]
+    assert sum("Networking Granular Checks: Pods" in s for s in specs) == 4
+
+
 def test_a_long_build_says_it_is_still_going_and_stops_saying_so_when_done(tmp_path,
                                                                            monkeypatch):
     monkeypatch.setenv("FLANNEL_CACHE", str(tmp_path))
