@@ -37,3 +37,14 @@ def test_every_sig_network_conformance_spec_passes(open_cluster, mode, tmp_path)
 def test_every_spec_passes_after_the_bug_reports_remove_add(open_cluster, tmp_path):
     report = judged(open_cluster, "etcd", tmp_path, after_remove_add=True)
     assert report.passed, report.table()
+
+
+def test_the_charm_it_replaces_fails_them_after_remove_add(built_charm, resource, tmp_path):
+    """The negative control: charm-flannel f79f180's stop hook takes the
+    workers' flannel plugin, so after remove/add every one of the everyday
+    five specs (each placing pods on the workers) fails."""
+    from sandbox.conformance import run
+    report = run(built_charm, resource, "etcd", after_remove_add=True, old_charm=True,
+                 junit_dir=tmp_path)
+    print(report.table())
+    assert report.selected == 5 and report.count("failed") == 5, report.table()
