@@ -12,10 +12,11 @@ and two workers on containerd 2, flannel related to etcd and to both
 principals' `cni`, CoreDNS behind kubelet's clusterDNS (the control plane
 charm's), the e2e images in every machine's containerd (sandbox.e2e_images).
 The suite runs on the control-plane machine (the host has no route to the
-test network) with the admin's kubeconfig, one spec after another; its
-output goes to e2e.log and its JUnit report to junit_01.xml in --junit DIR
-(a temporary directory by default), and a table of every spec's outcome,
-each skip with its reason, is printed at the end.
+test network) with the admin's kubeconfig, under ginkgo's CLI in PROCESSES
+parallel processes as upstream CI runs it; its output goes to e2e.log and
+its reports to junit.xml and report.json in --junit DIR (a temporary
+directory by default), and a table of every spec's outcome, each skip with
+its reason, is printed at the end.
 
 Modes (the flannel and control plane options each deploys with):
 
@@ -40,17 +41,20 @@ API::
     report = run(charm_dir, resource, "etcd", focus=None, junit_dir=None,
                  after_remove_add=False, old_charm=False, say=print)
     report.specs -> [Spec(name, state, seconds, message)]; report.table()
+    read_report(path) -> [Spec]          # ginkgo's JSON report
     report.summary (ginkgo's last lines); report.passed (bool)
-    MODES, CONFORMANCE_FOCUS, SKIPPED (spec -> why it cannot run here)
+    MODES, CONFORMANCE_FOCUS, FAST_FOCUS
+    skipped_here() -> {skip regex: why this host cannot run those specs}
 """
 from __future__ import annotations
 
+import json
 import re
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -69,11 +73,12 @@ FAST_FOCUS = (r"\[sig-network\] (Networking Granular Checks: Pods should functio
               r"(intra-pod|node-pod) communication: (http|udp) .*\[Conformance\]"
               r"|Services should serve a basic endpoint from pods \[Conformance\])")
 DUAL_STACK_FOCUS = r"\[sig-network\].*\[Feature:IPv6DualStack\]"
-# Specs whose own preconditions exclude a cluster like this one, each with
-# the reason (the README's Conformance section lists them).
-SKIPPED: dict[str, str] = {}
 # how long the whole selection may take (ginkgo's own limit; minutes per spec)
 SUITE_TIMEOUT = "2h"
+# ginkgo's parallel processes: the specs mostly wait (pods starting, probes'
+# initial delays), so more processes than cores
+PROCESSES = 4
+JUNIT, REPORT = "junit.xml", "report.json"
 IPV6_CIDR = "fd10:1::/56"
 WILL_RUN = re.compile(r"^Will run (\d+) of")
 # ginkgo -v's line as a spec ends: "• [12.3 seconds]", "• [FAILED] [124.2
@@ -82,6 +87,19 @@ SPEC_END = re.compile(r"^(?:• (\[[A-Z]+\] )?\[([\d.]+) seconds\]"
                       r"|S \[SKIPPED\](?: \[([\d.]+) seconds\])?)")
 IPV4_SERVICES = "10.152.183.0/24"
 IPV6_SERVICES = "fd00:10:152:183::/112"
+
+
+def skipped_here() -> dict[str, str]:
+    """Specs this host cannot run, as a ginkgo skip expression -> why (the
+    README's Conformance section lists them). The machines share the host's
+    kernel; a kernel without SCTP (no module to load, as in some VMs) fails
+    every SCTP socket, which the [Feature:SCTPConnectivity] specs open."""
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP).close()
+        return {}
+    except OSError as e:
+        return {r"\[Feature:SCTPConnectivity\]":
+                f"this host's kernel has no SCTP (socket(IPPROTO_SCTP): {e.strerror})"}
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,7 @@ class Report:
     exit_code: int = 0
     selected: int = 0          # ginkgo's "Will run N of M specs"
     junit: Path | None = None
+    host_skips: dict = field(default_factory=dict)   # skipped_here() of the run
 
     def count(self, state: str) -> int:
         return sum(1 for s in self.specs if s.state == state)
@@ -139,6 +158,8 @@ class Report:
             rows.append(f"{spec.name:<{width}}  {spec.state:<7}  {spec.seconds:7.1f}")
             if spec.state != "passed" and spec.message:
                 rows.append(f"    {spec.message.strip().splitlines()[0][:160]}")
+        for expression, reason in self.host_skips.items():
+            rows.append(f"not run here: specs matching {expression}: {reason}")
         unrun = self.selected - len(self.specs)
         rows.append(f"{self.mode}: {self.count('passed')} passed, {self.count('failed')} "
                     f"failed, {self.count('skipped')} skipped"
@@ -147,28 +168,25 @@ class Report:
         return "\n".join(rows)
 
 
-def read_junit(path: Path) -> list[Spec]:
-    """Every spec ginkgo's JUnit report holds that ran or skipped itself
-    (ginkgo lists the specs outside the focus as skipped with the bare
-    message "skipped": left out)."""
+def read_report(path: Path) -> list[Spec]:
+    """Every spec of ginkgo's JSON report that ran or skipped itself (the
+    specs outside the focus are "skipped" with no failure: left out; so are
+    the suite's set-up and tear-down nodes, each a spec of its own per
+    process)."""
     specs = []
-    for case in ElementTree.parse(path).getroot().iter("testcase"):
-        name = re.sub(r"^\[It\]\s*", "", case.get("name", ""))
-        status = case.get("status", "")
-        skipped = case.find("skipped")
-        if status == "skipped" and skipped is not None and skipped.get("message") == "skipped":
-            continue
-        if name.startswith("[SynchronizedBeforeSuite]") or name.startswith("[Synchronized"):
-            if status == "passed":
+    for suite in json.loads(path.read_text()):
+        for spec in suite.get("SpecReports") or []:
+            if spec.get("LeafNodeType") != "It":
+                if spec.get("State") in ("passed", "skipped"):
+                    continue
+            failure = (spec.get("Failure") or {}).get("Message", "")
+            state = spec.get("State", "")
+            if state == "skipped" and not failure:
                 continue
-        failure = case.find("failure")
-        if failure is None:
-            failure = case.find("error")
-        message = (failure.get("message") if failure is not None
-                   else skipped.get("message") if skipped is not None else "") or ""
-        state = ("passed" if status == "passed" else "skipped" if status == "skipped"
-                 else "failed")
-        specs.append(Spec(name, state, float(case.get("time", 0) or 0), message))
+            name = " ".join([*(spec.get("ContainerHierarchyTexts") or []),
+                             spec.get("LeafNodeText") or spec.get("LeafNodeType", "")])
+            specs.append(Spec(name.strip(), state if state in ("passed", "skipped") else "failed",
+                              (spec.get("RunTime") or 0) / 1e9, failure))
     return specs
 
 
@@ -234,50 +252,58 @@ def remove_and_add(cluster: Cluster, say: Callable[[str], None]) -> None:
 
 def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
               say: Callable[[str], None], not_ready_nodes: int = 0) -> Report:
-    """The e2e binary on the control-plane machine: its output into
-    junit_dir/e2e.log, a line per finished spec to `say`."""
+    """The e2e binary under ginkgo's CLI on the control-plane machine, its
+    specs spread over PROCESSES (as upstream CI runs them; no network
+    conformance spec is [Serial]): the output into junit_dir/e2e.log, a line
+    per finished spec to `say`, the reports as junit.xml and report.json."""
+    ginkgo = binary_path("ginkgo", host_arch())
     e2e = binary_path("e2e-network.test", host_arch())
     focus = focus or "|".join(f"({f})" for f in MODES[mode].focus)
-    skip = "|".join(re.escape(name) for name in SKIPPED) or "^$"
+    skipped = skipped_here()
+    for reason in skipped.values():
+        say(f"   skipped: {reason}")
+    skip = "|".join(skipped) or "^$"
     junit_dir.mkdir(parents=True, exist_ok=True)
-    for old in junit_dir.glob("junit_*.xml"):
-        old.unlink()
-    argv = [str(e2e), f"--kubeconfig={CONF}/admin.conf", "--provider=local",
-            f"--kubectl-path={kubectl_binary()}", f"--report-dir={junit_dir}",
-            f"--ginkgo.focus={focus}", f"--ginkgo.skip={skip}", "--ginkgo.no-color",
-            "--ginkgo.v", f"--ginkgo.timeout={SUITE_TIMEOUT}", "--dump-logs-on-failure=false",
+    for old in (REPORT, JUNIT):
+        (junit_dir / old).unlink(missing_ok=True)
+    argv = [str(ginkgo), f"--procs={PROCESSES}", "-v", "--no-color",
+            f"--timeout={SUITE_TIMEOUT}", f"--focus={focus}", f"--skip={skip}",
+            f"--junit-report={JUNIT}", f"--json-report={REPORT}", f"--output-dir={junit_dir}",
+            str(e2e), "--", f"--kubeconfig={CONF}/admin.conf", "--provider=local",
+            f"--kubectl-path={kubectl_binary()}", "--dump-logs-on-failure=false",
             f"--allowed-not-ready-nodes={not_ready_nodes}"]
-    say(f"$ {' '.join(argv[:1])} --ginkgo.focus='{focus}' ... (on {CONTROL_PLANE_MACHINE}; "
-        f"log: {junit_dir / 'e2e.log'})")
+    say(f"$ ginkgo --procs={PROCESSES} --focus='{focus}' e2e-network.test ... (on "
+        f"{CONTROL_PLANE_MACHINE}; log: {junit_dir / 'e2e.log'})")
     machine = cluster.machines[CONTROL_PLANE_MACHINE]
     started = time.monotonic()
     summary = []
     with open(junit_dir / "e2e.log", "w") as log:
         proc = machine.popen(argv, cwd=str(junit_dir), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, bufsize=1)
-        finished, title = 0, ""
+        finished, ended = 0, None
         for line in proc.stdout:
             log.write(line)
             log.flush()
             text = line.rstrip("\n")
-            if text.startswith("[sig-network]"):
-                title = text
-            ended = SPEC_END.match(text)
-            if ended:
+            if ended and text.startswith("["):
+                # ginkgo -p prints a spec's text on the line after its end
                 finished += 1
                 outcome = ("skipped" if ended.group(0).startswith("S")
                            else (ended.group(1) or "[passed]").strip()[1:-1].lower())
                 seconds = float(ended.group(2) or ended.group(3) or 0)
-                say(f"   {finished:3d} {outcome:<8} {seconds:6.1f} s  "
-                    f"{title[:140]}")
-            if re.match(r"^(Ran \d+ of|SUCCESS!|FAIL!|Will run)", text):
+                say(f"   {finished:3d} {outcome:<8} {seconds:6.1f} s  {text[:140]}")
+                ended = None
+            elif SPEC_END.match(text):
+                ended = SPEC_END.match(text)
+            if re.match(r"^(Ran \d+ of|SUCCESS!|FAIL!|Will run|Running in parallel)", text):
                 summary.append(text)
                 say(f"   {text}")
         proc.wait()
-    junit = junit_dir / "junit_01.xml"
     will_run = next((int(m.group(1)) for m in map(WILL_RUN.match, summary) if m), 0)
-    return Report(mode, read_junit(junit) if junit.is_file() else [], "\n".join(summary),
-                  time.monotonic() - started, proc.returncode, will_run, junit)
+    report = junit_dir / REPORT
+    return Report(mode, read_report(report) if report.is_file() else [], "\n".join(summary),
+                  time.monotonic() - started, proc.returncode, will_run, junit_dir / JUNIT,
+                  skipped)
 
 
 def cluster_options(mode: str) -> dict:

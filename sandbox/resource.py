@@ -13,7 +13,7 @@ API::
     cnitool_path() -> Path                               # host-arch cnitool, built if missing
     crictl_path() -> Path                                # host-arch crictl, built if missing
     kubernetes_paths() -> {component: Path}              # kube-apiserver, kubelet, ...
-    e2e_paths() -> {name: Path}                          # e2e-network.test, agnhost, coredns
+    e2e_paths() -> {name: Path}            # e2e-network.test, agnhost, ginkgo, coredns
     binary_path(name, arch="amd64") -> Path
         # "flanneld" | "flanneld-previous" | "flannel" | "cnitool" | "crictl" | "actionlint"
         # | "flanneld-v0.11.0" | "kube-apiserver" | "kubelet" | "kube-controller-manager"
@@ -99,7 +99,8 @@ def _kubernetes_component(name: str) -> GoBinary:
 E2E_MODULE_DIR = Path(__file__).parent / "e2e-module"
 AGNHOST_VERSION = "2.66.1"      # test/images/agnhost/VERSION at KUBERNETES_VERSION
 COREDNS_VERSION = "v1.15.0"
-E2E_BINARIES = ("e2e-network.test", "agnhost", "coredns")
+GINKGO_VERSION = "v2.32.0"     # as k8s.io/kubernetes' go.mod has it
+E2E_BINARIES = ("e2e-network.test", "agnhost", "ginkgo", "coredns")
 
 
 BINARIES = {
@@ -130,6 +131,8 @@ BINARIES = {
         ldflags=_kubernetes_ldflags()),
     "agnhost": GoBinary("agnhost", "k8s.io/kubernetes/test/images/agnhost", AGNHOST_VERSION,
                         output="agnhost", module_dir=str(E2E_MODULE_DIR)),
+    "ginkgo": GoBinary("ginkgo", "github.com/onsi/ginkgo/v2/ginkgo", GINKGO_VERSION,
+                       output="ginkgo", module_dir=str(E2E_MODULE_DIR)),
     "coredns": GoBinary("coredns", "github.com/coredns/coredns", COREDNS_VERSION,
                         output="coredns"),
     "containerd-2": _containerd2("containerd"),
@@ -170,8 +173,9 @@ def kubernetes_paths(progress=None) -> dict[str, Path]:
 
 
 def e2e_paths(progress=None) -> dict[str, Path]:
-    """Kubernetes' e2e network tests, agnhost and CoreDNS (sandbox.conformance),
-    built one after another (the first two share most of their packages)."""
+    """Kubernetes' e2e network tests, agnhost, ginkgo's CLI and CoreDNS
+    (sandbox.conformance), built one after another (the first two share
+    most of their packages)."""
     return {name: binary_path(name, host_arch(), progress) for name in E2E_BINARIES}
 
 

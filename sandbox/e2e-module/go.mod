@@ -1,5 +1,6 @@
-// Kubernetes' e2e network tests (e2e_network_test.go, built with `go test -c`)
-// and the agnhost image's binary, from k8s.io/kubernetes at the release the
+// Kubernetes' e2e network tests (e2e_network_test.go, built with `go test -c`),
+// the agnhost image's binary and ginkgo's CLI (which runs the tests in parallel,
+// as upstream CI does), from k8s.io/kubernetes at the release the
 // sandbox runs (sandbox/kubernetes-module), its staging modules pinned to the
 // same release (v0.37.x for v1.37.x); ginkgo and gomega as its go.mod has them.
 module flannel-charm.invalid/e2e-network
@@ -221,3 +222,4 @@ replace (
 )
 
 tool k8s.io/kubernetes/test/images/agnhost
+tool github.com/onsi/ginkgo/v2/ginkgo

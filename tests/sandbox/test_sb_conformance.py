@@ -1,40 +1,38 @@
-"""How sandbox.conformance reads ginkgo's report: which specs count, and
+"""How sandbox.conformance reads ginkgo's JSON report: which specs count, and
 when a run is a pass (fast: no cluster)."""
 from __future__ import annotations
 
+import json
 import re
 
-from sandbox.conformance import FAST_FOCUS, SPEC_END, Report, read_junit
+from sandbox.conformance import FAST_FOCUS, SPEC_END, Report, read_report
 
-# ginkgo v2's JUnit, as the e2e binary writes it (junit_01.xml)
-JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
-<testsuites tests="5" disabled="0" errors="0" failures="1" time="120.5">
-  <testsuite name="Kubernetes e2e suite" package="/tmp/x" tests="5" failures="1">
-    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite"
-              status="passed" time="0.1"></testcase>
-    <testcase name="[It] [sig-network] DNS should provide DNS for services [Conformance]"
-              classname="Kubernetes e2e suite" status="passed" time="12.5"></testcase>
-<testcase name="[It] [sig-network] Services should serve a basic endpoint from pods [Conformance]"
-              classname="Kubernetes e2e suite" status="failed" time="124.2">
-      <failure message="service is not reachable within 2m0s timeout" type="failed">...</failure>
-    </testcase>
-    <testcase name="[It] [sig-network] DNS should provide DNS for the cluster [Provider:gce]"
-              classname="Kubernetes e2e suite" status="skipped" time="0.03">
-      <skipped message="skipped - Only supported for providers [gce] (not local)"></skipped>
-    </testcase>
-    <testcase name="[It] [sig-storage] Secrets should be immutable [Conformance]"
-              classname="Kubernetes e2e suite" status="skipped" time="0">
-      <skipped message="skipped"></skipped>
-    </testcase>
-  </testsuite>
-</testsuites>
-"""
+
+def spec(texts, leaf, state, seconds=0.0, failure="", node_type="It") -> dict:
+    """One SpecReport as ginkgo v2's --json-report writes it."""
+    return {"ContainerHierarchyTexts": texts, "LeafNodeText": leaf, "LeafNodeType": node_type,
+            "State": state, "RunTime": int(seconds * 1e9),
+            "Failure": {"Message": failure} if failure else None}
+
+
+# ginkgo's report of a run over two processes: each runs the suite's set-up
+REPORT = [{"SuiteDescription": "Kubernetes e2e suite", "SpecReports": [
+    spec(None, "", "passed", node_type="SynchronizedBeforeSuite"),
+    spec(None, "", "passed", node_type="SynchronizedBeforeSuite"),
+    spec(["[sig-network] DNS"], "should provide DNS for services [Conformance]", "passed", 12.5),
+    spec(["[sig-network] Services"], "should serve a basic endpoint from pods [Conformance]",
+         "failed", 124.2, "service is not reachable within 2m0s timeout"),
+    spec(["[sig-network] DNS"], "should provide DNS for the cluster [Provider:gce]", "skipped",
+         0.03, "Only supported for providers [gce] (not local)"),
+    spec(["[sig-storage] Secrets"], "should be immutable [Conformance]", "skipped"),
+    spec(None, "", "passed", node_type="SynchronizedAfterSuite"),
+]}]
 
 
 def test_the_report_holds_what_ran_or_skipped_itself_not_what_the_focus_left_out(tmp_path):
-    path = tmp_path / "junit_01.xml"
-    path.write_text(JUNIT)
-    specs = {s.name: s for s in read_junit(path)}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(REPORT))
+    specs = {s.name: s for s in read_report(path)}
     assert sorted(specs) == [
         "[sig-network] DNS should provide DNS for services [Conformance]",
         "[sig-network] DNS should provide DNS for the cluster [Provider:gce]",
@@ -47,9 +45,9 @@ def test_the_report_holds_what_ran_or_skipped_itself_not_what_the_focus_left_out
 
 
 def test_a_run_passes_only_when_every_selected_spec_passed(tmp_path):
-    path = tmp_path / "junit_01.xml"
-    path.write_text(JUNIT)
-    specs = read_junit(path)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(REPORT))
+    specs = read_report(path)
     assert not Report("etcd", specs, selected=3).passed          # one failed
     passing = [s for s in specs if s.state == "passed"]
     assert Report("etcd", passing, selected=1).passed
