@@ -14,9 +14,9 @@ charm's), the e2e images in every machine's containerd (sandbox.e2e_images).
 The suite runs on the control-plane machine (the host has no route to the
 test network) with the admin's kubeconfig, under ginkgo's CLI in PROCESSES
 parallel processes as upstream CI runs it; its output goes to e2e.log and
-its reports to junit.xml and report.json in --junit DIR (a temporary
-directory by default), and a table of every spec's outcome, each skip with
-its reason, is printed at the end.
+its reports to junit.xml and report.json in --junit DIR (by default a new
+directory /tmp/flannel-conformance-<mode>.*, kept), and a table of every
+spec's outcome, each skip with its reason, is printed at the end.
 
 Modes (the flannel and control plane options each deploys with):
 
@@ -61,9 +61,9 @@ from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
 from sandbox.cluster import CONTROL_PLANE_MACHINE, Cluster, ClusterError
-from sandbox.demo import OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.e2e_images import IMAGES
-from sandbox.kubernetes import CONF, kubectl_binary
+from sandbox.kubernetes import CONF, SERVICE_CIDR, kubectl_binary
+from sandbox.old_flannel import OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.resource import binary_path, e2e_paths, host_arch, kubernetes_paths
 
 CONFORMANCE_FOCUS = r"\[sig-network\].*\[Conformance\]"
@@ -85,7 +85,6 @@ WILL_RUN = re.compile(r"^Will run (\d+) of")
 # seconds]", "S [SKIPPED] [0.0 seconds]"
 SPEC_END = re.compile(r"^(?:• (\[[A-Z]+\] )?\[([\d.]+) seconds\]"
                       r"|S \[SKIPPED\](?: \[([\d.]+) seconds\])?)")
-IPV4_SERVICES = "10.152.183.0/24"
 IPV6_SERVICES = "fd00:10:152:183::/112"
 
 
@@ -113,7 +112,7 @@ ALLOCATE_V4 = "allocate-node-cidrs=true node-cidr-mask-size-ipv4=24"
 MODES = {
     "etcd": Mode({}, {}),
     "dual-stack": Mode({"ipv6-cidr": IPV6_CIDR},
-                       {"service-cidr": f"{IPV4_SERVICES},{IPV6_SERVICES}"},
+                       {"service-cidr": f"{SERVICE_CIDR},{IPV6_SERVICES}"},
                        (CONFORMANCE_FOCUS, DUAL_STACK_FOCUS)),
     "kubernetes": Mode({"subnet-manager": "kubernetes"},
                        {"controller-manager-extra-args": ALLOCATE_V4}),
@@ -270,7 +269,7 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
             f"--timeout={SUITE_TIMEOUT}", f"--focus={focus}", f"--skip={skip}",
             f"--junit-report={JUNIT}", f"--json-report={REPORT}", f"--output-dir={junit_dir}",
             str(e2e), "--", f"--kubeconfig={CONF}/admin.conf", "--provider=local",
-            f"--kubectl-path={kubectl_binary()}", "--dump-logs-on-failure=false",
+            f"--kubectl-path={kubectl_binary()}",
             f"--allowed-not-ready-nodes={not_ready_nodes}"]
     say(f"$ ginkgo --procs={PROCESSES} --focus='{focus}' e2e-network.test ... (on "
         f"{CONTROL_PLANE_MACHINE}; log: {junit_dir / 'e2e.log'})")
@@ -329,7 +328,9 @@ def run(charm_dir: Path, resource: Path, mode: str, *, focus: str | None = None,
         focus = FAST_FOCUS
         say("the negative control runs the everyday five specs (--focus for others)")
     with tempfile.TemporaryDirectory(prefix="flannel-conformance.") as tmp:
-        junit_dir = Path(junit_dir or tmp).resolve()
+        # the reports are kept: --junit DIR, else a directory of their own
+        junit_dir = Path(junit_dir or tempfile.mkdtemp(prefix=f"flannel-conformance-{mode}.",
+                                                       dir="/tmp")).resolve()
         with Cluster(charm_dir, resource, label=f"conformance-{mode}", say=say,
                      **options) as cluster:
             if old_charm:
@@ -360,6 +361,9 @@ def main(argv: list[str]) -> int:
                         help="with --after-remove-add: the charm this one replaces (the "
                              "negative control)")
     args = parser.parse_args(argv)
+    if args.old_charm and not (args.after_remove_add and args.mode == "etcd"):
+        parser.error("--old-charm is the negative control: with --after-remove-add, in etcd "
+                     "mode (the only one charm-flannel f79f180 had)")
     resource = resource_for(args)
     try:
         report = run(args.charm, resource, args.mode, focus=args.focus, junit_dir=args.junit,
@@ -372,4 +376,6 @@ def main(argv: list[str]) -> int:
         return 130
     print(report.table())
     print(report.summary)
+    print(f"reports: {report.junit} and {report.junit.parent / REPORT}; log: "
+          f"{report.junit.parent / 'e2e.log'}")
     return 0 if report.passed else 1

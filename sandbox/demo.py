@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
+from sandbox.old_flannel import OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.cluster import CONTROL_PLANE_MACHINE, FLANNEL, Cluster, ClusterError
 from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch, busybox_pod, kubectl_binary
 from sandbox.resource import kubernetes_paths
@@ -177,33 +178,6 @@ MISSING_FLANNEL_EVENT = re.compile(
     r'Failed to create pod sandbox: .*failed to setup network for sandbox "[0-9a-f]+": '
     r'plugin type="flannel" failed \(add\): failed to find plugin "flannel" in path '
     r'\[/opt/cni/bin\]')
-
-
-# The bug report's cluster: the reactive kubernetes-worker of 2020, etcd
-# serving its v2 API (flannel v0.11's), Kubernetes on the workers
-OLD_CHARM_CLUSTER = {"worker_generation": "reactive", "control_plane": True,
-                     "kubernetes": True, "etcd_v2": True}
-
-
-def deploy_old_charm(cluster: Cluster, workdir: Path, say: Callable[[str], None]) -> None:
-    """charm-flannel at f79f180 (sandbox.old_flannel, its stop hook
-    included) related to etcd and the workers, every worker Ready (the
-    control plane's kubelet has no CNI: the old charm never related to it)."""
-    from sandbox.cluster import CNI_RELATION, ETCD_RELATION
-    from sandbox.old_flannel import old_charm_dir, old_resource
-
-    k8s = cluster.kubernetes
-    old = old_resource(cluster.resource, workdir / "old-resource", "f79f180")
-    with cluster.timings.phase("deploy charm-flannel f79f180 (the bug report's)", say):
-        cluster.controller.deploy(FLANNEL, old_charm_dir(workdir / "old-charm", "f79f180",
-                                                         stop_hook=True),
-                                  resources={cluster.resource_name: old})
-        cluster.controller.add_relation(*ETCD_RELATION)
-        cluster.controller.add_relation(*CNI_RELATION)
-        cluster.settle()
-        cluster.wait_for_flannel(timeout=120)
-        k8s.wait_nodes_ready(cluster.worker_machines(), timeout=120)
-        k8s.wait_default_service_account()
 
 
 def negative_control(charm_dir: Path, resource: Path, workdir: Path,

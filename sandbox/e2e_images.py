@@ -8,13 +8,15 @@ this host and imported into every machine's containerd.
   (sandbox/e2e-module) on what its Dockerfile adds to alpine (dig, curl,
   netcat-openbsd, ip, iperf, bash, socat), taken from Debian's packages, with
   busybox's applets for the rest of alpine's userland, CoreDNS at /coredns,
-  porter's certificate and the users the Dockerfile makes;
+  porter's certificate and the users the Dockerfile makes. Its userland is
+  glibc's, not alpine's musl: the DNS specs' "musl" prober resolves as the
+  glibc one does (no spec fails for it; musl's resolver goes untested);
 - ``busybox:1.37.0-2``: Debian's busybox-static, as sandbox.cri's busybox;
 - ``pause:3.10.2``: Kubernetes' own build/pause/linux/pause.c, compiled
   static;
 - ``glibc-dns-testing:2.1.1``: a glibc userland with dig (Debian's
   bind9-dnsutils and libc-bin's getent), as upstream builds it on Debian;
-- ``nginx:1.27.0-2``: Debian's nginx (1.22) serving its default page on :80;
+- ``nginx:1.27.0-2``: Debian's nginx (1.22) serving its welcome page on :80;
 - ``sandbox.local/coredns``: CoreDNS alone, for the cluster DNS.
 
 A Debian image is the closure of its packages as apt resolves it with
@@ -43,7 +45,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.cri import APPLETS, BUSYBOX, oci_archive, _layer as busybox_layer
+from sandbox.cri import APPLETS, BUSYBOX, IMAGE_FORMAT, oci_archive, _layer as busybox_layer
 from sandbox.resource import (AGNHOST_VERSION, COREDNS_VERSION, KUBERNETES_VERSION,
                               binary_path, cache_root, host_arch)
 
@@ -90,7 +92,8 @@ SPECS = {
                                ("bind9-dnsutils", "dash", "bash", "coreutils", "libc-bin",
                                 "grep", "sed"),
                                {"coredns": "coredns"}),
-    "nginx": Image(IMAGES["nginx"], ("nginx", "-g", "daemon off;"), (),
+    # upstream's Cmd (nginx:1.27's), so that a pod's args replace it alone
+    "nginx": Image(IMAGES["nginx"], (), ("nginx", "-g", "daemon off;"),
                    ("nginx", "dash", "coreutils")),
     "busybox": Image(IMAGES["busybox"], (), ("sh",)),
     "pause": Image(IMAGES["pause"], ("/pause",)),
@@ -193,14 +196,16 @@ def _busybox_applets(root: Path) -> None:
 
 
 def _nginx(root: Path) -> None:
-    """What nginx-common's postinst makes: the default site enabled, the
-    directories nginx writes."""
+    """What nginx-common's postinst makes: the default site enabled, its
+    welcome page in the site's root, the directories nginx writes."""
     enabled = root / "etc/nginx/sites-enabled"
     enabled.mkdir(parents=True, exist_ok=True)
     if not (enabled / "default").exists():
         (enabled / "default").symlink_to("/etc/nginx/sites-available/default")
-    for d in ("var/log/nginx", "var/lib/nginx", "run"):
+    for d in ("var/log/nginx", "var/lib/nginx", "run", "var/www/html"):
         (root / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy(root / "usr/share/nginx/html/index.html",
+                root / "var/www/html/index.nginx-debian.html")
 
 
 def _agnhost(root: Path) -> None:
@@ -278,8 +283,9 @@ def _layer(name: str, spec: Image, work: Path, progress) -> tuple[bytes, bytes]:
 
 
 def _key() -> str:
-    """What the archives are made of: this module's specs, the binaries'
-    builds and busybox's."""
+    """What the archives are made of: this module (its specs and how it
+    lays out each userland), sandbox.cri's image format (the busybox layer
+    and the archive), the binaries' builds and busybox's."""
     stamps = {}
     for name in ("agnhost", "coredns"):
         built = binary_path(name, host_arch())
@@ -288,8 +294,9 @@ def _key() -> str:
     st = BUSYBOX.stat()
     specs = {n: [s.reference, s.entrypoint, s.cmd, s.packages, s.binaries]
              for n, s in SPECS.items()}
-    text = json.dumps([FORMAT, specs, stamps, f"{st.st_size}:{st.st_mtime_ns}", APPLETS,
-                       host_arch()], sort_keys=True)
+    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    text = json.dumps([FORMAT, source, IMAGE_FORMAT, specs, stamps,
+                       f"{st.st_size}:{st.st_mtime_ns}", APPLETS, host_arch()], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

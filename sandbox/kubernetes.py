@@ -368,6 +368,7 @@ class Kubernetes:
             "protectKernelDefaults": True,
             "clusterDomain": "cluster.local",
             "clusterDNS": [self.cluster_dns_address],
+            "resolvConf": f"{CONF}/resolv.conf",
             # a test host's disk is not the node's: eviction only for real trouble
             "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%",
                              "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
@@ -386,6 +387,7 @@ class Kubernetes:
             **({"clusterCIDR": cluster_cidr} if cluster_cidr else {}),
             **(proxy_extra or {}),
         }
+        files[f"{CONF}/resolv.conf"] = (_upstream_resolv_conf(machine), 0o644)
         # JSON is YAML: both read it as their config file
         for name, config in (("kubelet-config.yaml", kubelet_config),
                              ("kube-proxy-config.yaml", proxy_config)):
@@ -488,6 +490,31 @@ class Kubernetes:
             if kib:
                 found[component] = kib / 1024
         return found
+
+
+# TEST-NET-1: where a machine with no other nameserver sends names outside
+# the cluster (they fail, as on an air-gapped cluster)
+NO_UPSTREAM = "192.0.2.53"
+
+
+def _upstream_resolv_conf(machine) -> bytes:
+    """The machine's resolv.conf less loopback nameservers (systemd-resolved's
+    127.0.0.53): what kubelet gives pods of dnsPolicy Default, CoreDNS among
+    them, whose `loop` plugin stops it when its upstream is itself (Charmed
+    Kubernetes points kubelet at /run/systemd/resolve/resolv.conf for that)."""
+    kept = []
+    for line in (machine.read_file("/etc/resolv.conf") or b"").decode().splitlines():
+        words = line.split()
+        if words[:1] == ["nameserver"] and len(words) > 1:
+            try:
+                if ipaddress.ip_address(words[1].split("%")[0]).is_loopback:
+                    continue
+            except ValueError:
+                continue
+        kept.append(line)
+    if not any(line.split()[:1] == ["nameserver"] for line in kept):
+        kept.append(f"nameserver {NO_UPSTREAM}")
+    return ("\n".join(kept) + "\n").encode()
 
 
 def node_addresses(machine) -> list[str]:

@@ -5,6 +5,8 @@
     controller.deploy("flannel", charm, resources={"flannel-amd64": tarball})
     ... relate, settle ...
     controller.upgrade_charm("flannel", built_charm, resources=...)   # the refresh
+    Cluster(..., **OLD_CHARM_CLUSTER); deploy_old_charm(cluster, workdir, say)
+        # f79f180 on the bug report's cluster (sandbox.demo, sandbox.conformance)
 
 A real charm directory the sandbox's Juju deploys as the application
 `flannel`; its `dispatch` (stdlib Python, run by the machine's python3 in
@@ -473,3 +475,30 @@ def give_worker_flannel(machine, data: bytes) -> None:
     `flannel` in /opt/cni/bin with its other plugins."""
     machine.run(["sh", "-c", "cat > /opt/cni/bin/flannel && chmod 0755 /opt/cni/bin/flannel"],
                 input=data)
+
+
+# The bug report's cluster: the reactive kubernetes-worker of 2020, etcd
+# serving its v2 API (flannel v0.11's), Kubernetes on the workers
+OLD_CHARM_CLUSTER = {"worker_generation": "reactive", "control_plane": True,
+                     "kubernetes": True, "etcd_v2": True}
+
+
+def deploy_old_charm(cluster, workdir: Path, say) -> None:
+    """charm-flannel at f79f180 (sandbox.old_flannel, its stop hook
+    included) related to etcd and the workers, every worker Ready (the
+    control plane's kubelet has no CNI: the old charm never related to it)."""
+    # sandbox.cluster imports this module
+    from sandbox.cluster import CNI_RELATION, ETCD_RELATION, FLANNEL
+
+    k8s = cluster.kubernetes
+    old = old_resource(cluster.resource, workdir / "old-resource", "f79f180")
+    with cluster.timings.phase("deploy charm-flannel f79f180 (the bug report's)", say):
+        cluster.controller.deploy(FLANNEL, old_charm_dir(workdir / "old-charm", "f79f180",
+                                                         stop_hook=True),
+                                  resources={cluster.resource_name: old})
+        cluster.controller.add_relation(*ETCD_RELATION)
+        cluster.controller.add_relation(*CNI_RELATION)
+        cluster.settle()
+        cluster.wait_for_flannel(timeout=120)
+        k8s.wait_nodes_ready(cluster.worker_machines(), timeout=120)
+        k8s.wait_default_service_account()

@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     start = time.monotonic()
+    if args.cached_only and not (args.host_tools or args.e2e):
+        parser.error("--cached-only checks --host-tools or --e2e")
     if args.cached_only:
         every = ((HOST_TOOLS + KUBERNETES_COMPONENTS if args.host_tools else ())
                  + (E2E_BINARIES if args.e2e else ()))

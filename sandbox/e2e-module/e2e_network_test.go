@@ -1,5 +1,7 @@
-// Kubernetes' e2e suite with only its network tests (test/e2e/network): the
-// TestMain of k8s.io/kubernetes/test/e2e/e2e_test.go, less the other suites.
+// Kubernetes' e2e suite with its network tests (test/e2e/network) and what
+// test/e2e itself brings (test/e2e/common: the granular network checks, and
+// common/node and common/storage, which no focus here selects): the TestMain
+// of k8s.io/kubernetes/test/e2e/e2e_test.go, less the other suites.
 package e2enetwork
 
 import (

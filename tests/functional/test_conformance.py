@@ -1,8 +1,10 @@
 """Kubernetes' own e2e tests judge the charm (sandbox.conformance): every
 `[sig-network]` `[Conformance]` spec of k8s.io/kubernetes v1.37.2, unchanged,
 on a control plane and two workers, in each mode flannel serves, and after
-the bug report's remove/add cycle. Each mode is a cluster and about N
-minutes: scripts/test --full only. The everyday suite runs five of these
+the bug report's remove/add cycle, and the negative control on the charm
+it replaces. Each mode is a cluster and a few minutes (the suite under
+ginkgo's four processes; 8 minutes one spec after another in etcd mode):
+scripts/test --full only. The everyday suite runs five of these
 specs (test_kubernetes_sees_the_overlay.py).
 """
 from __future__ import annotations

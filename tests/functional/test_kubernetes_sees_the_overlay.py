@@ -7,6 +7,9 @@ two workers.
   charm's resource), an `mtu` change and a flanneld kill: requests lost
   counted (none for the refresh), each node's Ready condition printed (it
   stays True through the refresh).
+- Kubernetes' own e2e tests (sandbox.conformance): the four "Networking
+  Granular Checks: Pods" and a Service serving its pods, with CoreDNS
+  (the cluster's images include the e2e tests' and CoreDNS's).
 - A worker's reboot: Ready again, its pod run again by kubelet on flannel's
   network, the timeline printed.
 - `juju remove-relation kubernetes-worker flannel` kept longer than a pod
@@ -64,22 +67,6 @@ def cluster(open_cluster, previous_resource):
         k8s.wait_nodes_ready(NODES, timeout=180)
         k8s.wait_default_service_account()
         yield opened
-
-
-def test_kubernetes_own_e2e_checks_of_pods_and_a_service_pass(cluster, tmp_path):
-    """Kubernetes' e2e suite (k8s.io/kubernetes v1.37.2 test/e2e, unchanged)
-    judges the overlay: the four "Networking Granular Checks: Pods" (pod to
-    pod and node to pod, HTTP and UDP, across the nodes) and a Service
-    serving its pods, with CoreDNS answering kubernetes.default first. The
-    whole [sig-network] [Conformance] selection in every mode runs under
-    scripts/test --full (tests/functional/test_conformance.py)."""
-    from sandbox.conformance import FAST_FOCUS, prepare_dns, run_suite
-    assert prepare_dns(cluster, print), "a pod cannot resolve kubernetes.default"
-    report = run_suite(cluster, "etcd", FAST_FOCUS, tmp_path, print)
-    print(report.table())
-    passed = sorted(s.name for s in report.specs if s.state == "passed")
-    assert len(passed) == 5 and report.passed, report.table()
-    assert sum("Granular Checks: Pods" in name for name in passed) == 4, passed
 
 
 def test_hooks_run_with_the_python3_of_the_base_the_machines_claim(cluster):
@@ -204,6 +191,23 @@ def test_a_service_answers_through_a_refresh(cluster, resource):
     assert sent > 10
     k8s.kubectl("delete", "pod", "client", "--wait=false")
     k8s.kubectl("delete", "-f", "-", input=json.dumps(WEB))
+
+
+def test_kubernetes_own_e2e_checks_of_pods_and_a_service_pass(cluster, tmp_path):
+    """Kubernetes' e2e suite (k8s.io/kubernetes v1.37.2 test/e2e, unchanged)
+    judges the overlay once the charm's own flanneld runs (after the
+    refresh): the four "Networking Granular Checks: Pods" (pod to pod and
+    node to pod, HTTP and UDP, across the nodes) and a Service serving its
+    pods, with CoreDNS answering kubernetes.default first. The whole
+    [sig-network] [Conformance] selection in every mode runs under
+    scripts/test --full (tests/functional/test_conformance.py)."""
+    from sandbox.conformance import FAST_FOCUS, prepare_dns, run_suite
+    assert prepare_dns(cluster, print), "a pod cannot resolve kubernetes.default"
+    report = run_suite(cluster, "etcd", FAST_FOCUS, tmp_path, print)
+    print(report.table())
+    passed = sorted(s.name for s in report.specs if s.state == "passed")
+    assert len(passed) == 5 and report.passed, report.table()
+    assert sum("Granular Checks: Pods" in name for name in passed) == 4, passed
 
 
 def test_a_rebooted_worker_is_ready_again_and_runs_its_pod(cluster):

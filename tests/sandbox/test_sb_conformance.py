@@ -84,3 +84,24 @@ def test_the_everyday_focus_is_the_four_granular_checks_and_a_service():
         "[sig-network] DNS should provide DNS for the cluster [Conformance]",
     ]
     assert [n for n in names + others if re.search(FAST_FOCUS, n)] == names
+
+
+class _Machine:
+    def __init__(self, resolv_conf: bytes | None):
+        self.resolv_conf = resolv_conf
+
+    def read_file(self, path: str) -> bytes | None:
+        assert path == "/etc/resolv.conf"
+        return self.resolv_conf
+
+
+def test_coredns_upstream_is_never_a_loopback_nameserver():
+    """kubelet's resolvConf (what CoreDNS forwards to): a systemd-resolved
+    machine's 127.0.0.53 would be CoreDNS itself, and its loop plugin stops
+    it."""
+    from sandbox.kubernetes import NO_UPSTREAM, _upstream_resolv_conf
+    resolved = _upstream_resolv_conf(_Machine(b"nameserver 127.0.0.53\noptions edns0\n"))
+    assert resolved.decode().splitlines() == ["options edns0", f"nameserver {NO_UPSTREAM}"]
+    kept = _upstream_resolv_conf(_Machine(b"nameserver 10.255.255.53\nnameserver ::1\n"))
+    assert kept.decode().splitlines() == ["nameserver 10.255.255.53"]
+    assert _upstream_resolv_conf(_Machine(None)).decode() == f"nameserver {NO_UPSTREAM}\n"
