@@ -53,6 +53,8 @@ def test_a_run_passes_only_when_every_selected_spec_passed(tmp_path):
     assert Report("etcd", passing, selected=1).passed
     assert not Report("etcd", passing, selected=2).passed       # one never ran
     assert not Report("etcd", passing, selected=1, exit_code=1).passed
+    skipping = [s for s in specs if s.state == "skipped"]
+    assert not Report("etcd", passing + skipping, selected=2).passed   # one skipped itself
     table = Report("etcd", specs, selected=4, seconds=130).table()
     assert "etcd: 1 passed, 1 failed, 1 skipped, 1 not run of 4 in 130 s" in table
     assert "Only supported for providers [gce]" in table
