@@ -49,8 +49,8 @@ API::
 from __future__ import annotations
 
 import json
+import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -91,14 +91,17 @@ IPV6_SERVICES = "fd00:10:152:183::/112"
 def skipped_here() -> dict[str, str]:
     """Specs this host cannot run, as a ginkgo skip expression -> why (the
     README's Conformance section lists them). The machines share the host's
-    kernel; a kernel without SCTP (no module to load, as in some VMs) fails
-    every SCTP socket, which the [Feature:SCTPConnectivity] specs open."""
-    try:
-        socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP).close()
+    kernel, and the [Feature:SCTPConnectivity] specs open SCTP sockets: a
+    kernel with SCTP neither built in, loaded nor loadable (some VMs) fails
+    them. Looked up without opening a socket, which would load the module."""
+    release = os.uname().release
+    protocols = Path("/proc/net/protocols")
+    if (Path("/sys/module/sctp").exists()
+            or (protocols.is_file() and "SCTP" in protocols.read_text())
+            or any(Path(f"/lib/modules/{release}").rglob("sctp.ko*"))):
         return {}
-    except OSError as e:
-        return {r"\[Feature:SCTPConnectivity\]":
-                f"this host's kernel has no SCTP (socket(IPPROTO_SCTP): {e.strerror})"}
+    return {r"\[Feature:SCTPConnectivity\]":
+            f"this host's kernel ({release}) has no SCTP: not built in, loaded or loadable"}
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class Spec:
     state: str          # passed | failed | skipped
     seconds: float
     message: str = ""
+    kind: str = "spec"  # or "suite": the suite's own set-up or tear-down
 
 
 @dataclass
@@ -143,12 +147,13 @@ class Report:
     host_skips: dict = field(default_factory=dict)   # skipped_here() of the run
 
     def count(self, state: str) -> int:
-        return sum(1 for s in self.specs if s.state == state)
+        """Specs (not the suite's own nodes) in `state`."""
+        return sum(1 for s in self.specs if s.state == state and s.kind == "spec")
 
     @property
     def passed(self) -> bool:
-        """Every selected spec ran and passed: one that skipped itself (its
-        own preconditions) is looked at before it counts as a pass."""
+        """Every selected spec ran and passed, and the suite's own nodes:
+        a spec that skipped itself (its own preconditions) is not a pass."""
         return (self.exit_code == 0 and self.count("passed") == self.selected > 0
                 and len(self.specs) == self.selected)
 
@@ -161,7 +166,7 @@ class Report:
                 rows.append(f"    {spec.message.strip().splitlines()[0][:160]}")
         for expression, reason in self.host_skips.items():
             rows.append(f"not run here: specs matching {expression}: {reason}")
-        unrun = self.selected - len(self.specs)
+        unrun = self.selected - sum(1 for s in self.specs if s.kind == "spec")
         rows.append(f"{self.mode}: {self.count('passed')} passed, {self.count('failed')} "
                     f"failed, {self.count('skipped')} skipped"
                     + (f", {unrun} not run" if unrun > 0 else "")
@@ -169,25 +174,36 @@ class Report:
         return "\n".join(rows)
 
 
+def spec_texts(path: Path) -> list[str]:
+    """The full text of every spec ginkgo's JSON report lists, run or not."""
+    return [" ".join([*(spec.get("ContainerHierarchyTexts") or []), spec.get("LeafNodeText") or ""])
+            for suite in json.loads(path.read_text())
+            for spec in suite.get("SpecReports") or [] if spec.get("LeafNodeType") == "It"]
+
+
 def read_report(path: Path) -> list[Spec]:
     """Every spec of ginkgo's JSON report that ran or skipped itself (the
-    specs outside the focus are "skipped" with no failure: left out; so are
-    the suite's set-up and tear-down nodes, each a spec of its own per
-    process)."""
-    specs = []
+    specs outside the focus are "skipped" with no failure, a pending one is
+    never run: left out), and each failure of the suite's own set-up or
+    tear-down once (every process reports those nodes; one failing on the
+    first makes the others fail as well), as a spec of kind "suite"."""
+    specs, suite_failures = [], set()
     for suite in json.loads(path.read_text()):
         for spec in suite.get("SpecReports") or []:
-            if spec.get("LeafNodeType") != "It":
-                if spec.get("State") in ("passed", "skipped"):
-                    continue
-            failure = (spec.get("Failure") or {}).get("Message", "")
             state = spec.get("State", "")
-            if state == "skipped" and not failure:
+            failure = (spec.get("Failure") or {}).get("Message", "")
+            if state == "pending" or (state == "skipped" and not failure):
+                continue
+            if spec.get("LeafNodeType") != "It":
+                if state not in ("passed", "skipped"):
+                    suite_failures.add((f"[{spec.get('LeafNodeType')}]", failure))
                 continue
             name = " ".join([*(spec.get("ContainerHierarchyTexts") or []),
-                             spec.get("LeafNodeText") or spec.get("LeafNodeType", "")])
+                             spec.get("LeafNodeText") or ""])
             specs.append(Spec(name.strip(), state if state in ("passed", "skipped") else "failed",
                               (spec.get("RunTime") or 0) / 1e9, failure))
+    specs += [Spec(name, "failed", 0.0, failure, kind="suite")
+              for name, failure in sorted(suite_failures)]
     return specs
 
 
@@ -268,8 +284,6 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
     e2e = binary_path("e2e-network.test", host_arch())
     focus = focus or "|".join(f"({f})" for f in MODES[mode].focus)
     skipped = skipped_here()
-    for reason in skipped.values():
-        say(f"   skipped: {reason}")
     skip = "|".join(skipped) or "^$"
     junit_dir.mkdir(parents=True, exist_ok=True)
     for old in (REPORT, JUNIT):
@@ -313,9 +327,13 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
         proc.wait()
     will_run = next((int(m.group(1)) for m in map(WILL_RUN.match, summary) if m), 0)
     report = junit_dir / REPORT
+    texts = spec_texts(report) if report.is_file() else []
+    # a host's skip is told where the focus would have run some of its specs
+    told = {expression: reason for expression, reason in skipped.items()
+            if any(re.search(expression, t) and re.search(focus, t) for t in texts)}
     return Report(mode, read_report(report) if report.is_file() else [], "\n".join(summary),
                   time.monotonic() - started, proc.returncode, will_run, junit_dir / JUNIT,
-                  skipped)
+                  told)
 
 
 def cluster_options(mode: str) -> dict:

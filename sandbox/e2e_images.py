@@ -27,11 +27,13 @@ done here), documentation left out.
 API::
 
     archives(progress=None) -> {name: Path}   # OCI archives, built once, cached
+    cached() -> bool                          # all built (nothing is built to know)
     import_into(runtime, progress=None)       # `ctr images import` of each
     IMAGES                                    # name -> the reference pods ask for
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import io
@@ -40,8 +42,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,8 +62,10 @@ IMAGES = {
     "nginx": f"{E2E_REGISTRY}/nginx:1.27.0-2",
     "coredns": f"sandbox.local/coredns:{COREDNS_VERSION.lstrip('v')}",
 }
-# Bumped when what an image holds changes (part of the cache key).
+# Bumped when what an image holds changes beyond this module's source (the
+# cache key hashes the source): Debian's packages, say.
 FORMAT = "2"
+PRUNE_AFTER = 86400.0      # seconds an archive of another key is kept
 DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # alpine's `adduser -u 1000 user-defined-in-image`, `addgroup -g 50000 ...`
 # (agnhost's Dockerfile; the security-context tests look for them)
@@ -342,13 +348,32 @@ def archives(progress=None) -> dict[str, Path]:
             _say(progress, f"building image {spec.reference}")
             with tempfile.TemporaryDirectory(dir=out_dir) as work:
                 layer = _layer(name, spec, Path(work), progress)
-            for old in out_dir.glob(f"{name}-*.oci.tar"):
-                old.unlink(missing_ok=True)
+            _prune(out_dir, name)
             tmp = paths[name].with_name(paths[name].name + ".tmp")
             tmp.write_bytes(oci_archive(spec.reference, list(spec.entrypoint), layer,
                                         cmd=list(spec.cmd) or None, path=DEBIAN_PATH))
             os.replace(tmp, paths[name])
     return paths
+
+
+def _prune(out_dir: Path, name: str) -> None:
+    """Archives of `name` made under other keys a day ago or more (another
+    checkout's may be in use now)."""
+    for old in out_dir.glob(f"{name}-*.oci.tar"):
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > PRUNE_AFTER:
+                old.unlink()
+
+
+def cached() -> bool:
+    """Every archive is built for what this checkout would build (its
+    binaries cached too); builds nothing."""
+    from sandbox.resource import BINARIES, cached as binary_cached
+    if not all(binary_cached(BINARIES[name], host_arch()) for name in ("agnhost", "coredns")):
+        return False
+    out_dir = cache_root() / "images" / "e2e"
+    key = _key()
+    return all((out_dir / f"{name}-{key}.oci.tar").is_file() for name in SPECS)
 
 
 def import_into(runtime, progress=None) -> None:
@@ -358,6 +383,9 @@ def import_into(runtime, progress=None) -> None:
 
 
 if __name__ == "__main__":
-    # scripts/setup-host builds them in the background, after the e2e binaries
+    # scripts/setup-host builds them in the background, after the e2e
+    # binaries; --cached-only: exit 1 unless all are built, build nothing
+    if sys.argv[1:] == ["--cached-only"]:
+        sys.exit(0 if cached() else 1)
     for image, path in archives(progress=print).items():
         print(f"{image}: {path}")

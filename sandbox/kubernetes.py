@@ -400,6 +400,7 @@ class Kubernetes:
                         f"--node-ip={','.join(addresses)}", "--v=1"],
             "kube-proxy": [f"--config={CONF}/kube-proxy-config.yaml", "--v=1"],
         }
+        _route_service_range(machine, self.service_cidr)
         return _apply(ctx, files, commands)
 
     @property
@@ -490,6 +491,16 @@ class Kubernetes:
             if kib:
                 found[component] = kib / 1024
         return found
+
+
+def _route_service_range(machine, service_cidr: str) -> None:
+    """A route covering each Service range, as a real machine's default
+    route does: the node's own connection to a ClusterIP is routed before
+    kube-proxy's DNAT rewrites it (the sandbox's machines have no default
+    route; without this, a node reaches no IPv6 ClusterIP)."""
+    for cidr in service_cidr.split(","):
+        machine.run(["ip", "-6" if ":" in cidr else "-4", "route", "replace", cidr.strip(),
+                     "dev", machine.iface])
 
 
 # TEST-NET-1: where a machine with no other nameserver sends names outside

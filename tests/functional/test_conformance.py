@@ -48,4 +48,7 @@ def test_the_charm_it_replaces_fails_them_after_remove_add(built_charm, resource
     report = run(built_charm, resource, "etcd", after_remove_add=True, old_charm=True,
                  junit_dir=tmp_path)
     print(report.table())
-    assert report.selected == 5 and report.count("failed") == 5, report.table()
+    failed = [s.name for s in report.specs if s.state == "failed" and s.kind == "spec"]
+    assert report.selected == 5 and len(failed) == 5, report.table()
+    assert sum("Granular Checks: Pods" in name for name in failed) == 4, failed
+    assert any("Services should serve a basic endpoint" in name for name in failed), failed

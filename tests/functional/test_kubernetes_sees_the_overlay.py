@@ -57,7 +57,7 @@ RUNNING_WITHIN = 120
 @pytest.fixture(scope="module")
 def cluster(open_cluster, previous_resource):
     # kubelet on containerd 2 (sandbox.cri): kubelet 1.38 stops working with 1.x
-    # with the e2e images and CoreDNS: Kubernetes' own tests judge it first
+    # with the e2e images and CoreDNS: Kubernetes' own tests judge it too
     with open_cluster("kubernetes", workers=2, worker_generation="ops", control_plane=True,
                       kubernetes=True, containerd="2", e2e_images=True) as opened:
         # the resource of this charm's earlier releases, so that a refresh

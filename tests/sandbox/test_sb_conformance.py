@@ -60,6 +60,26 @@ def test_a_run_passes_only_when_every_selected_spec_passed(tmp_path):
     assert "Only supported for providers [gce]" in table
 
 
+def test_a_failed_suite_set_up_is_one_failure_and_no_spec(tmp_path):
+    """Each of ginkgo's processes reports the suite's set-up: a failure
+    there is named once, fails the run, and counts as no spec's failure."""
+    setup_failed = "SynchronizedBeforeSuite failed on Ginkgo parallel process #1"
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps([{"SpecReports": [
+        spec(None, "", "failed", failure=setup_failed, node_type="SynchronizedBeforeSuite"),
+        spec(None, "", "failed", failure=setup_failed, node_type="SynchronizedBeforeSuite"),
+        spec(["[sig-network] DNS"], "should provide DNS for services [Conformance]", "passed"),
+        spec(["[sig-network] DNS"], "should resolve it one day [Conformance]", "pending"),
+    ]}]))
+    specs = read_report(path)
+    assert [(s.name, s.kind) for s in specs if s.state == "failed"] == [
+        ("[SynchronizedBeforeSuite]", "suite")]
+    report = Report("etcd", specs, selected=1, exit_code=1)
+    assert report.count("failed") == 0 and report.count("passed") == 1
+    assert not report.passed
+    assert setup_failed in report.table()
+
+
 def test_ginkgo_spec_endings_are_read():
     assert SPEC_END.match("• [16.261 seconds]").group(2) == "16.261"
     assert SPEC_END.match("• [FAILED] [124.184 seconds]").group(1).strip() == "[FAILED]"
