@@ -48,9 +48,11 @@ API::
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -274,6 +276,30 @@ def remove_and_add(cluster: Cluster, say: Callable[[str], None]) -> None:
     say(cluster.status_table())
 
 
+def _follow(proc: subprocess.Popen, log, say: Callable[[str], None]) -> list[str]:
+    """ginkgo's output into `log`, a line per finished spec to `say`;
+    returns its summary lines ("Will run ...", "Ran ...", "SUCCESS! ...")."""
+    summary, finished, ended = [], 0, None
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        text = line.rstrip("\n")
+        if ended and text.startswith("["):
+            # ginkgo -p prints a spec's text on the line after its end
+            finished += 1
+            outcome = ("skipped" if ended.group(0).startswith("S")
+                       else (ended.group(1) or "[passed]").strip()[1:-1].lower())
+            seconds = float(ended.group(2) or ended.group(3) or 0)
+            say(f"   {finished:3d} {outcome:<8} {seconds:6.1f} s  {text[:140]}")
+            ended = None
+        elif SPEC_END.match(text):
+            ended = SPEC_END.match(text)
+        if re.match(r"^(Ran \d+ of|SUCCESS!|FAIL!|Will run|Running in parallel)", text):
+            summary.append(text)
+            say(f"   {text}")
+    return summary
+
+
 def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
               say: Callable[[str], None], not_ready_nodes: int = 0) -> Report:
     """The e2e binary under ginkgo's CLI on the control-plane machine, its
@@ -302,28 +328,18 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
         f"{CONTROL_PLANE_MACHINE}; log: {junit_dir / 'e2e.log'})")
     machine = cluster.machines[CONTROL_PLANE_MACHINE]
     started = time.monotonic()
-    summary = []
     with open(junit_dir / "e2e.log", "w") as log:
+        # a session of its own: interrupted, ginkgo and its processes go together
         proc = machine.popen(argv, cwd=str(junit_dir), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, bufsize=1)
-        finished, ended = 0, None
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()
-            text = line.rstrip("\n")
-            if ended and text.startswith("["):
-                # ginkgo -p prints a spec's text on the line after its end
-                finished += 1
-                outcome = ("skipped" if ended.group(0).startswith("S")
-                           else (ended.group(1) or "[passed]").strip()[1:-1].lower())
-                seconds = float(ended.group(2) or ended.group(3) or 0)
-                say(f"   {finished:3d} {outcome:<8} {seconds:6.1f} s  {text[:140]}")
-                ended = None
-            elif SPEC_END.match(text):
-                ended = SPEC_END.match(text)
-            if re.match(r"^(Ran \d+ of|SUCCESS!|FAIL!|Will run|Running in parallel)", text):
-                summary.append(text)
-                say(f"   {text}")
+                             stderr=subprocess.STDOUT, text=True, bufsize=1,
+                             start_new_session=True)
+        try:
+            summary = _follow(proc, log, say)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         proc.wait()
     will_run = next((int(m.group(1)) for m in map(WILL_RUN.match, summary) if m), 0)
     report = junit_dir / REPORT
