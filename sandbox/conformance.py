@@ -65,7 +65,7 @@ from sandbox.cli import charm_parser, resource_for
 from sandbox.cluster import CONTROL_PLANE_MACHINE, Cluster, ClusterError
 from sandbox.e2e_images import IMAGES
 from sandbox.kubernetes import CONF, SERVICE_CIDR, kubectl_binary
-from sandbox.old_flannel import OLD_CHARM_CLUSTER, deploy_old_charm
+from sandbox.old_flannel import MISSING_FLANNEL_EVENT, OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.resource import binary_path, e2e_paths, host_arch, kubernetes_paths
 
 CONFORMANCE_FOCUS = r"\[sig-network\].*\[Conformance\]"
@@ -147,6 +147,9 @@ class Report:
     selected: int = 0          # ginkgo's "Will run N of M specs"
     junit: Path | None = None
     host_skips: dict = field(default_factory=dict)   # skipped_here() of the run
+    # kubelet's events in the log (the framework dumps a failed spec's
+    # namespace) that are the bug report's: failed to find plugin "flannel"
+    bug_events: int = 0
 
     def count(self, state: str) -> int:
         """Specs (not the suite's own nodes) in `state`."""
@@ -168,6 +171,9 @@ class Report:
                 rows.append(f"    {spec.message.strip().splitlines()[0][:160]}")
         for expression, reason in self.host_skips.items():
             rows.append(f"not run here: specs matching {expression}: {reason}")
+        if self.bug_events:
+            rows.append(f"kubelet, {self.bug_events} times in the failed specs' namespaces: "
+                        'failed to find plugin "flannel" in path [/opt/cni/bin] (LP #1866869)')
         unrun = self.selected - sum(1 for s in self.specs if s.kind == "spec")
         rows.append(f"{self.mode}: {self.count('passed')} passed, {self.count('failed')} "
                     f"failed, {self.count('skipped')} skipped"
@@ -347,9 +353,10 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
     # a host's skip is told where the focus would have run some of its specs
     told = {expression: reason for expression, reason in skipped.items()
             if any(re.search(expression, t) and re.search(focus, t) for t in texts)}
+    bug_events = len(MISSING_FLANNEL_EVENT.findall((junit_dir / "e2e.log").read_text()))
     return Report(mode, read_report(report) if report.is_file() else [], "\n".join(summary),
                   time.monotonic() - started, proc.returncode, will_run, junit_dir / JUNIT,
-                  told)
+                  told, bug_events)
 
 
 def cluster_options(mode: str) -> dict:

@@ -18,7 +18,6 @@ the components' resident memory per machine.
 from __future__ import annotations
 
 import json
-import re
 import signal
 import tempfile
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for
-from sandbox.old_flannel import OLD_CHARM_CLUSTER, deploy_old_charm
+from sandbox.old_flannel import MISSING_FLANNEL_EVENT, OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.cluster import CONTROL_PLANE_MACHINE, FLANNEL, Cluster, ClusterError
 from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch, busybox_pod, kubectl_binary
 from sandbox.resource import kubernetes_paths
@@ -171,13 +170,6 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
             say(f"{m}: " + ", ".join(f"{name} {mib:.0f} MiB" for name, mib in memory.items()))
         say(f"kubectl: {kubectl_binary()}")
     return ok
-
-
-# The bug report's event (kubectl describe po), as kubelet words it
-MISSING_FLANNEL_EVENT = re.compile(
-    r'Failed to create pod sandbox: .*failed to setup network for sandbox "[0-9a-f]+": '
-    r'plugin type="flannel" failed \(add\): failed to find plugin "flannel" in path '
-    r'\[/opt/cni/bin\]')
 
 
 def negative_control(charm_dir: Path, resource: Path, workdir: Path,

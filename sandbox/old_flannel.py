@@ -6,6 +6,7 @@
     ... relate, settle ...
     controller.upgrade_charm("flannel", built_charm, resources=...)   # the refresh
     Cluster(..., **OLD_CHARM_CLUSTER); deploy_old_charm(cluster, workdir, say)
+    MISSING_FLANNEL_EVENT      # the bug report's event, as kubelet words it
         # f79f180 on the bug report's cluster (sandbox.demo, sandbox.conformance)
 
 A real charm directory the sandbox's Juju deploys as the application
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import tarfile
 from pathlib import Path
 
@@ -476,6 +478,12 @@ def give_worker_flannel(machine, data: bytes) -> None:
     machine.run(["sh", "-c", "cat > /opt/cni/bin/flannel && chmod 0755 /opt/cni/bin/flannel"],
                 input=data)
 
+
+# The bug report's event (kubectl describe po), as kubelet words it
+MISSING_FLANNEL_EVENT = re.compile(
+    r'Failed to create pod sandbox: .*failed to setup network for sandbox "[0-9a-f]+": '
+    r'plugin type="flannel" failed \(add\): failed to find plugin "flannel" in path '
+    r'\[/opt/cni/bin\]')
 
 # The bug report's cluster: the reactive kubernetes-worker of 2020, etcd
 # serving its v2 API (flannel v0.11's), Kubernetes on the workers
