@@ -6,8 +6,8 @@
     ... relate, settle ...
     controller.upgrade_charm("flannel", built_charm, resources=...)   # the refresh
     Cluster(..., **OLD_CHARM_CLUSTER); deploy_old_charm(cluster, workdir, say)
-    MISSING_FLANNEL_EVENT      # the bug report's event, as kubelet words it
         # f79f180 on the bug report's cluster (sandbox.demo, sandbox.conformance)
+    MISSING_FLANNEL_EVENT      # the bug report's event, as kubelet words it
 
 A real charm directory the sandbox's Juju deploys as the application
 `flannel`; its `dispatch` (stdlib Python, run by the machine's python3 in
