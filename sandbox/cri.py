@@ -43,6 +43,7 @@ API::
     pod.exec(argv, check=True) -> CompletedProcess  # crictl exec in the container
     pod.delete() -> str                             # crictl stopp + rmp; "" or the error
     image_archives() -> {"pause": Path, "busybox": Path}
+    cached_archives(out_dir, key, names, make) -> {name: Path}   # built once, locked
     cri_leftovers() -> list[str]            # cgroups of dead machines, cni-* netns files
     cleanup_stale_cgroups() -> list[str]    # a killed run's pod cgroups (start() calls it)
 """
@@ -62,6 +63,7 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from .machine import Machine, resident_kib
 from .network import _tag_of, kill_pids, owner_alive, state_root
@@ -82,6 +84,7 @@ APPLETS = ("sh", "sleep", "ping", "ip", "cat", "ls", "hostname", "ifconfig", "ro
            "httpd", "nc", "tail", "echo", "mkdir", "env")
 # Bumped when the archives' layout changes (part of the cache key).
 IMAGE_FORMAT = "3"
+PRUNE_AFTER = 86400.0      # seconds an archive of another key is kept
 
 
 # --- images ------------------------------------------------------------------
@@ -186,10 +189,41 @@ def image_archives() -> dict[str, Path]:
     st = BUSYBOX.stat()
     key = hashlib.sha256(f"{IMAGE_FORMAT}:{st.st_size}:{st.st_mtime_ns}:{host_arch()}:"
                          f"{json.dumps(_IMAGES, sort_keys=True)}".encode()).hexdigest()[:16]
-    out_dir = cache_root() / "images"
-    paths = {name: out_dir / f"{name}-{key}.oci.tar" for name in _IMAGES}
+    layers: list = []     # both images share one layer, made once
+
+    def make(name: str) -> bytes:
+        if not layers:
+            layers.append(_layer())
+        image, argv = _IMAGES[name]
+        return oci_archive(image, argv, layers[0])
+    return cached_archives(cache_root() / "images", key, list(_IMAGES), make)
+
+
+def cached_archives(out_dir: Path, key: str, names: list[str],
+                    make: Callable[[str], bytes]) -> dict[str, Path]:
+    """{name: out_dir/<name>-<key>.oci.tar}, each missing one written from
+    make(name), one builder at a time (machines start side by side, tests
+    run in several processes: the others find them made). An archive of
+    another key goes a day after it was made: another checkout's may be in
+    use now."""
+    paths = {name: out_dir / f"{name}-{key}.oci.tar" for name in names}
     if all(p.is_file() for p in paths.values()):
         return paths
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name, path in paths.items():
+            if path.is_file():
+                continue
+            data = make(name)
+            for old in out_dir.glob(f"{name}-*.oci.tar"):
+                with contextlib.suppress(OSError):
+                    if time.time() - old.stat().st_mtime > PRUNE_AFTER:
+                        old.unlink()
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+    return paths
     out_dir.mkdir(parents=True, exist_ok=True)
     # one builder at a time (machines start side by side, tests in several
     # processes); the others find the archives made

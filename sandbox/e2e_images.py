@@ -33,23 +33,20 @@ API::
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.cri import APPLETS, BUSYBOX, IMAGE_FORMAT, oci_archive, _layer as busybox_layer
+from sandbox.cri import (APPLETS, BUSYBOX, IMAGE_FORMAT, _layer as busybox_layer,
+                         cached_archives, oci_archive)
 from sandbox.resource import (AGNHOST_VERSION, COREDNS_VERSION, KUBERNETES_VERSION,
                               binary_path, cache_root, host_arch)
 
@@ -65,7 +62,6 @@ IMAGES = {
 # Bumped when what an image holds changes beyond this module's source (the
 # cache key hashes the source): Debian's packages, say.
 FORMAT = "2"
-PRUNE_AFTER = 86400.0      # seconds an archive of another key is kept
 DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # alpine's `adduser -u 1000 user-defined-in-image`, `addgroup -g 50000 ...`
 # (agnhost's Dockerfile; the security-context tests look for them)
@@ -336,33 +332,15 @@ def archives(progress=None) -> dict[str, Path]:
         raise RuntimeError(f"e2e images named otherwise than the e2e framework asks "
                            f"(ours, its): {wrong}")
     out_dir = cache_root() / "images" / "e2e"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {name: out_dir / f"{name}-{key}.oci.tar" for name in SPECS}
-    if all(p.is_file() for p in paths.values()):
-        return paths
-    with open(out_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for name, spec in SPECS.items():
-            if paths[name].is_file():
-                continue
-            _say(progress, f"building image {spec.reference}")
-            with tempfile.TemporaryDirectory(dir=out_dir) as work:
-                layer = _layer(name, spec, Path(work), progress)
-            _prune(out_dir, name)
-            tmp = paths[name].with_name(paths[name].name + ".tmp")
-            tmp.write_bytes(oci_archive(spec.reference, list(spec.entrypoint), layer,
-                                        cmd=list(spec.cmd) or None, path=DEBIAN_PATH))
-            os.replace(tmp, paths[name])
-    return paths
 
-
-def _prune(out_dir: Path, name: str) -> None:
-    """Archives of `name` made under other keys a day ago or more (another
-    checkout's may be in use now)."""
-    for old in out_dir.glob(f"{name}-*.oci.tar"):
-        with contextlib.suppress(OSError):
-            if time.time() - old.stat().st_mtime > PRUNE_AFTER:
-                old.unlink()
+    def make(name: str) -> bytes:
+        spec = SPECS[name]
+        _say(progress, f"building image {spec.reference}")
+        with tempfile.TemporaryDirectory(dir=out_dir) as work:
+            layer = _layer(name, spec, Path(work), progress)
+        return oci_archive(spec.reference, list(spec.entrypoint), layer,
+                           cmd=list(spec.cmd) or None, path=DEBIAN_PATH)
+    return cached_archives(out_dir, key, list(SPECS), make)
 
 
 def cached() -> bool:
