@@ -14,7 +14,8 @@
         # control_plane_config={"service-cidr": ...}: the control plane's
         # options from its deploy (an IPv6 service-cidr: IPv6-only Kubernetes);
         # e2e_images=True (with kubernetes=True): Kubernetes' e2e test images
-        # and CoreDNS's in every machine's containerd (sandbox.e2e_images);
+        # and CoreDNS's in every machine's containerd (sandbox.e2e_images), or
+        # a tuple of their names (("agnhost", "coredns"));
         # series="jammy"|"noble": the Ubuntu release (and python3) of every
         # machine, by default one picked by the label.
         cluster.deploy_flannel(config={"cidr": "10.1.0.0/16"})
@@ -239,7 +240,7 @@ class Cluster:
                  worker_runtime_ready: bool = True, kubernetes: bool = False,
                  series: Optional[str] = None, juju: str = JUJU_VERSION,
                  containerd: str = "1.6", label: str = "",
-                 control_plane_config: Optional[dict] = None, e2e_images: bool = False,
+                 control_plane_config: Optional[dict] = None, e2e_images=False,
                  say: Callable[[str], None] = lambda _: None, workdir: Optional[Path] = None):
         if worker_generation not in WORKER_GENERATIONS:
             raise ValueError(f"worker_generation must be one of {WORKER_GENERATIONS}, "
@@ -270,7 +271,9 @@ class Cluster:
             raise ValueError("kubernetes=True needs control_plane=True")
         self.with_kubernetes = kubernetes
         # the images Kubernetes' e2e tests and CoreDNS run (sandbox.e2e_images),
-        # in every machine's containerd (sandbox.conformance)
+        # in every machine's containerd (sandbox.conformance): True for all,
+        # or the names of those a cluster's checks need (each import copies
+        # the image on every machine)
         if e2e_images and not kubernetes:
             raise ValueError("e2e_images=True needs kubernetes=True")
         self.e2e_images = e2e_images
@@ -366,7 +369,8 @@ class Cluster:
                     from sandbox.cri import runtime_for
                     e2e_images.archives(progress=self.say)
                     with ThreadPoolExecutor(max_workers=len(self.machines)) as pool:
-                        list(pool.map(lambda m: e2e_images.import_into(runtime_for(m)),
+                        names = None if self.e2e_images is True else tuple(self.e2e_images)
+                        list(pool.map(lambda m: e2e_images.import_into(runtime_for(m), names),
                                       self.machines.values()))
                 self.kubernetes.attach_control_plane(self.machines[CONTROL_PLANE_MACHINE])
         principals = f"{self.worker_generation} kubernetes-worker" + (

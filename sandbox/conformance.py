@@ -70,10 +70,14 @@ from sandbox.resource import binary_path, e2e_paths, host_arch, kubernetes_paths
 
 CONFORMANCE_FOCUS = r"\[sig-network\].*\[Conformance\]"
 # the everyday suite's few (tests/functional/test_kubernetes_sees_the_overlay.py):
-# pod to pod and node to pod, HTTP and UDP, across the nodes; a Service
+# pod to pod and node to pod, HTTP and UDP, across the nodes; a Service. Their
+# pods run agnhost alone (FAST_IMAGES, with CoreDNS's), in one round of
+# FAST_PROCESSES processes.
 FAST_FOCUS = (r"\[sig-network\] (Networking Granular Checks: Pods should function for "
               r"(intra-pod|node-pod) communication: (http|udp) .*\[Conformance\]"
               r"|Services should serve a basic endpoint from pods \[Conformance\])")
+FAST_IMAGES = ("agnhost", "coredns")
+FAST_PROCESSES = 5
 DUAL_STACK_FOCUS = r"\[sig-network\].*\[Feature:IPv6DualStack\]"
 # how long the whole selection may take (ginkgo's own limit; minutes per spec)
 SUITE_TIMEOUT = "2h"
@@ -307,7 +311,8 @@ def _follow(proc: subprocess.Popen, log, say: Callable[[str], None]) -> list[str
 
 
 def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
-              say: Callable[[str], None], not_ready_nodes: int = 0) -> Report:
+              say: Callable[[str], None], not_ready_nodes: int = 0,
+              processes: int = PROCESSES) -> Report:
     """The e2e binary under ginkgo's CLI on the control-plane machine, its
     specs spread over PROCESSES (as upstream CI runs them; no network
     conformance spec is [Serial]): the output into junit_dir/e2e.log, a line
@@ -320,7 +325,7 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
     junit_dir.mkdir(parents=True, exist_ok=True)
     for old in (REPORT, JUNIT):
         (junit_dir / old).unlink(missing_ok=True)
-    argv = [str(ginkgo), f"--procs={PROCESSES}", "-v", "--no-color",
+    argv = [str(ginkgo), f"--procs={processes}", "-v", "--no-color",
             f"--timeout={SUITE_TIMEOUT}", f"--focus={focus}", f"--skip={skip}",
             f"--junit-report={JUNIT}", f"--json-report={REPORT}", f"--output-dir={junit_dir}",
             str(e2e), "--", f"--kubeconfig={CONF}/admin.conf", "--provider=local",
@@ -330,7 +335,7 @@ def run_suite(cluster: Cluster, mode: str, focus: str | None, junit_dir: Path,
             # upstream's hack/ginkgo-e2e.sh tells them
             f"--num-nodes={len(schedulable_nodes(cluster.kubernetes))}",
             f"--allowed-not-ready-nodes={not_ready_nodes}"]
-    say(f"$ ginkgo --procs={PROCESSES} --focus='{focus}' e2e-network.test ... (on "
+    say(f"$ ginkgo --procs={processes} --focus='{focus}' e2e-network.test ... (on "
         f"{CONTROL_PLANE_MACHINE}; log: {junit_dir / 'e2e.log'})")
     machine = cluster.machines[CONTROL_PLANE_MACHINE]
     started = time.monotonic()

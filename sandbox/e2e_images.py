@@ -28,7 +28,7 @@ API::
 
     archives(progress=None) -> {name: Path}   # OCI archives, built once, cached
     cached() -> bool                          # all built (nothing is built to know)
-    import_into(runtime, progress=None)       # `ctr images import` of each
+    import_into(runtime, names=None, progress=None)   # `ctr images import` of each
     IMAGES                                    # name -> the reference pods ask for
 """
 from __future__ import annotations
@@ -354,10 +354,12 @@ def cached() -> bool:
     return all((out_dir / f"{name}-{key}.oci.tar").is_file() for name in SPECS)
 
 
-def import_into(runtime, progress=None) -> None:
-    """Every image into `runtime`'s containerd (sandbox.cri.Containerd)."""
+def import_into(runtime, names=None, progress=None) -> None:
+    """The images `names` (every one if None) into `runtime`'s containerd
+    (sandbox.cri.Containerd)."""
     for name, archive in archives(progress).items():
-        runtime.ctr("images", "import", "--snapshotter", "native", str(archive))
+        if names is None or name in names:
+            runtime.ctr("images", "import", "--snapshotter", "native", str(archive))
 
 
 if __name__ == "__main__":

@@ -57,9 +57,10 @@ RUNNING_WITHIN = 120
 @pytest.fixture(scope="module")
 def cluster(open_cluster, previous_resource):
     # kubelet on containerd 2 (sandbox.cri): kubelet 1.38 stops working with 1.x
-    # with the e2e images and CoreDNS: Kubernetes' own tests judge it too
+    # with the images of Kubernetes' e2e checks and CoreDNS: they judge it too
+    from sandbox.conformance import FAST_IMAGES
     with open_cluster("kubernetes", workers=2, worker_generation="ops", control_plane=True,
-                      kubernetes=True, containerd="2", e2e_images=True) as opened:
+                      kubernetes=True, containerd="2", e2e_images=FAST_IMAGES) as opened:
         # the resource of this charm's earlier releases, so that a refresh
         # replaces flanneld (test_a_service_answers_through_a_refresh)
         deploy_and_wait(opened, resource=previous_resource)
@@ -201,9 +202,9 @@ def test_kubernetes_own_e2e_checks_of_pods_and_a_service_pass(cluster, tmp_path)
     pods, with CoreDNS answering kubernetes.default first. The whole
     [sig-network] [Conformance] selection in every mode runs under
     scripts/test --full (tests/functional/test_conformance.py)."""
-    from sandbox.conformance import FAST_FOCUS, prepare_dns, run_suite
+    from sandbox.conformance import FAST_FOCUS, FAST_PROCESSES, prepare_dns, run_suite
     assert prepare_dns(cluster, print), "a pod cannot resolve kubernetes.default"
-    report = run_suite(cluster, "etcd", FAST_FOCUS, tmp_path, print)
+    report = run_suite(cluster, "etcd", FAST_FOCUS, tmp_path, print, processes=FAST_PROCESSES)
     print(report.table())
     passed = sorted(s.name for s in report.specs if s.state == "passed")
     assert len(passed) == 5 and report.passed, report.table()
