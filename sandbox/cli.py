@@ -1,14 +1,18 @@
 """What every `python -m sandbox` command takes: the built charm and the
-flannel resource to attach (built with go install when not given)."""
+flannel resource to attach (built with go install when not given), and how a
+command that brings a cluster up ends."""
 
 from __future__ import annotations
 
 import argparse
 import atexit
 import shutil
+import signal
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 
 def charm_dir(path: str) -> Path:
@@ -45,3 +49,25 @@ def resource_for(args: argparse.Namespace) -> Path:
     from sandbox.resource import build_resource, host_arch
 
     return args.resource or build_resource(host_arch(), Path(args.charm).parent, progress=print)
+
+
+def run_with_cluster(command: str, body: Callable[[], int]) -> int:
+    """Runs `body`, which brings a cluster up and tears it down in its own
+    `with`: a kill (SIGTERM) raises KeyboardInterrupt as Ctrl-C does, so that
+    teardown runs either way; a ClusterError is one line, not a traceback."""
+    from sandbox.cluster import ClusterError
+
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        return body()
+    except ClusterError as error:
+        print(f"{command} failed: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; the sandbox was torn down", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)

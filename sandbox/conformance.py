@@ -54,14 +54,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from sandbox.cli import charm_parser, resource_for
+from sandbox.cli import charm_parser, resource_for, run_with_cluster
 from sandbox.cluster import CONTROL_PLANE_MACHINE, Cluster, ClusterError
 from sandbox.e2e_images import IMAGES
 from sandbox.kubernetes import CONF, SERVICE_CIDR, kubectl_binary
@@ -424,17 +423,14 @@ def main(argv: list[str]) -> int:
         parser.error("--old-charm is the negative control: with --after-remove-add, in etcd "
                      "mode (the only one charm-flannel f79f180 had)")
     resource = resource_for(args)
-    try:
+
+    def conformance() -> int:
         report = run(args.charm, resource, args.mode, focus=args.focus, junit_dir=args.junit,
                      after_remove_add=args.after_remove_add, old_charm=args.old_charm)
-    except ClusterError as error:
-        print(f"conformance failed: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; the sandbox was torn down", file=sys.stderr)
-        return 130
-    print(report.table())
-    print(report.summary)
-    print(f"reports: {report.junit} and {report.junit.parent / REPORT}; log: "
-          f"{report.junit.parent / 'e2e.log'}")
-    return 0 if report.passed else 1
+        print(report.table())
+        print(report.summary)
+        print(f"reports: {report.junit} and {report.junit.parent / REPORT}; log: "
+              f"{report.junit.parent / 'e2e.log'}")
+        return 0 if report.passed else 1
+
+    return run_with_cluster("conformance", conformance)

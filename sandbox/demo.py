@@ -18,15 +18,13 @@ the components' resident memory per machine.
 from __future__ import annotations
 
 import json
-import signal
 import tempfile
-import sys
 from pathlib import Path
 from typing import Callable
 
-from sandbox.cli import charm_parser, resource_for
+from sandbox.cli import charm_parser, resource_for, run_with_cluster
 from sandbox.old_flannel import MISSING_FLANNEL_EVENT, OLD_CHARM_CLUSTER, deploy_old_charm
-from sandbox.cluster import CONTROL_PLANE_MACHINE, FLANNEL, Cluster, ClusterError
+from sandbox.cluster import CONTROL_PLANE_MACHINE, FLANNEL, Cluster
 from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch, busybox_pod, kubectl_binary
 from sandbox.resource import kubernetes_paths
 
@@ -36,14 +34,6 @@ PING_WITHIN = 20.0
 # seconds kubelet may take to run a pod: it retries a failed pod sandbox with
 # a back-off (10 s, doubling)
 RUNNING_WITHIN = 120.0
-
-
-def _interrupt_on_sigterm() -> None:
-    # Ctrl-C raises KeyboardInterrupt; make a kill do the same, so the
-    # cluster's teardown runs either way.
-    def raise_interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, raise_interrupt)
 
 
 def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) -> bool:
@@ -216,8 +206,8 @@ def main(argv: list[str]) -> int:
     parser = charm_parser("demo", __doc__)
     args = parser.parse_args(argv)
     resource = resource_for(args)
-    _interrupt_on_sigterm()
-    try:
+
+    def demo() -> int:
         ok = play(args.charm, resource)
         print("\nThe negative control: the same scenario with the charm this one replaces")
         with tempfile.TemporaryDirectory(prefix="flannel-negative-control.") as work:
@@ -225,11 +215,7 @@ def main(argv: list[str]) -> int:
         print(f"   [{'ok' if event else 'FAILED'}] kubelet's event for the new pod is the bug "
               f"report's: {event}")
         ok &= event is not None
-    except ClusterError as error:
-        print(f"demo failed: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; the sandbox was torn down", file=sys.stderr)
-        return 130
-    print("demo passed" if ok else "demo FAILED")
-    return 0 if ok else 1
+        print("demo passed" if ok else "demo FAILED")
+        return 0 if ok else 1
+
+    return run_with_cluster("demo", demo)
