@@ -88,6 +88,8 @@ CONTROL_PLANE = "kubernetes-control-plane"
 CONTROL_PLANE_MACHINE = "cp"
 ETCD = "etcd"
 CNI_RELATION = ("flannel:cni", "kubernetes-worker:cni")
+# flannel's ipv6-cidr in the sandbox's dual-stack and IPv6-only clusters
+IPV6_CIDR = "fd10:1::/56"
 CONTROL_PLANE_CNI_RELATION = ("flannel:cni", "kubernetes-control-plane:cni")
 CONTROL_PLANE_ETCD_RELATION = ("kubernetes-control-plane:etcd", "etcd:db")
 ETCD_RELATION = ("flannel:etcd", "etcd:db")

@@ -61,9 +61,9 @@ from pathlib import Path
 from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for, run_with_cluster
-from sandbox.cluster import CONTROL_PLANE_MACHINE, Cluster, ClusterError
+from sandbox.cluster import CONTROL_PLANE_MACHINE, IPV6_CIDR, Cluster, ClusterError
 from sandbox.e2e_images import IMAGES
-from sandbox.kubernetes import CONF, SERVICE_CIDR, kubectl_binary
+from sandbox.kubernetes import CONF, IPV6_SERVICE_CIDR, SERVICE_CIDR, kubectl_binary
 from sandbox.old_flannel import MISSING_FLANNEL_EVENT, OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.resource import binary_path, e2e_paths, host_arch, kubernetes_paths
 
@@ -84,13 +84,11 @@ SUITE_TIMEOUT = "2h"
 # initial delays), so more processes than cores
 PROCESSES = 4
 JUNIT, REPORT = "junit.xml", "report.json"
-IPV6_CIDR = "fd10:1::/56"
 WILL_RUN = re.compile(r"^Will run (\d+) of")
 # ginkgo -v's line as a spec ends: "• [12.3 seconds]", "• [FAILED] [124.2
 # seconds]", "S [SKIPPED] [0.0 seconds]"
 SPEC_END = re.compile(r"^(?:• (\[[A-Z]+\] )?\[([\d.]+) seconds\]"
                       r"|S \[SKIPPED\](?: \[([\d.]+) seconds\])?)")
-IPV6_SERVICES = "fd00:10:152:183::/112"
 
 
 def skipped_here() -> dict[str, str]:
@@ -120,12 +118,12 @@ ALLOCATE_V4 = "allocate-node-cidrs=true node-cidr-mask-size-ipv4=24"
 MODES = {
     "etcd": Mode({}, {}),
     "dual-stack": Mode({"ipv6-cidr": IPV6_CIDR},
-                       {"service-cidr": f"{SERVICE_CIDR},{IPV6_SERVICES}"},
+                       {"service-cidr": f"{SERVICE_CIDR},{IPV6_SERVICE_CIDR}"},
                        (CONFORMANCE_FOCUS, DUAL_STACK_FOCUS)),
     "kubernetes": Mode({"subnet-manager": "kubernetes"},
                        {"controller-manager-extra-args": ALLOCATE_V4}),
     "ipv6-only": Mode({"subnet-manager": "kubernetes", "cidr": "", "ipv6-cidr": IPV6_CIDR},
-                      {"service-cidr": IPV6_SERVICES,
+                      {"service-cidr": IPV6_SERVICE_CIDR,
                        "controller-manager-extra-args":
                            "allocate-node-cidrs=true node-cidr-mask-size-ipv6=64"}),
 }

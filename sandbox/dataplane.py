@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from sandbox.cli import charm_parser, resource_for
+from sandbox.cluster import IPV6_CIDR
 from sandbox.network import NETNS_DIR, run
 
 PORT = 5201
@@ -160,7 +161,7 @@ def round_trip(server_ns: str, address: str, client_ns: str, rounds: int = RTT_R
     return statistics.median(times) * 1000 if times else float("nan")
 
 
-DUAL_STACK = {"ipv6-cidr": "fd10:1::/56"}
+DUAL_STACK = {"ipv6-cidr": IPV6_CIDR}
 # (name, flannel options, switch MTU or None, nodes' eth0 MTU or None); a
 # dual-stack setting is measured in each family
 SETTINGS = [

@@ -79,6 +79,7 @@ from sandbox.resource import binary_path, cache_root
 from sandbox.waiting import wait_for
 
 SERVICE_CIDR = "10.152.183.0/24"      # kubernetes-control-plane's service-cidr default
+IPV6_SERVICE_CIDR = "fd00:10:152:183::/112"   # its IPv6 range, as operators add it
 COREDNS_MANIFEST = Path(__file__).parent / "manifests" / "coredns.yaml"
 API_PORT = 6443
 CONF = "/etc/kubernetes"

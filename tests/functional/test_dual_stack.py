@@ -23,7 +23,7 @@ import pytest
 from functional_kit import deploy_and_wait, wait_past_restart_grace
 
 from charms.flannel.facts.restarts import GRACE
-from sandbox.cluster import CNI_RELATION
+from sandbox.cluster import CNI_RELATION, IPV6_CIDR
 from sandbox.waiting import wait_for
 
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("dual_stack")]
@@ -32,7 +32,6 @@ MACHINES = ("m1", "m2")
 IPV6_AND_ICMPV6_HEADERS = 48
 IPV4_AND_ICMP_HEADERS = 28
 FLANNELD_LOG = "/var/log/journal/flannel.service.log"   # the sandbox's journal
-IPV6_CIDR = "fd10:1::/56"
 DUAL = {"ipv6-cidr": IPV6_CIDR}
 ACTIVE_DUAL = re.compile(r"Flannel subnet 10\.1\.\d+\.1/24, fd10:1:0:[0-9a-f]+::1/64")
 ACTIVE_V4 = re.compile(r"Flannel subnet 10\.1\.\d+\.1/24")

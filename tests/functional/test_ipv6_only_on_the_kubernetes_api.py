@@ -26,14 +26,13 @@ import json
 import pytest
 from functional_kit import deploy_and_wait, pings, pod_ip
 
-from sandbox.kubernetes import busybox_pod
+from sandbox.kubernetes import IPV6_SERVICE_CIDR as SERVICE_CIDR, busybox_pod
 
 pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
               pytest.mark.xdist_group("kubernetes-ipv6")]
 
 NODES = ("cp", "m1")
 IPV6_CIDR = "fd10:6::/56"
-SERVICE_CIDR = "fd00:10:152:183::/112"   # the control plane's service-cidr, IPv6 only
 # what the unit's status tells an operator to set (facts/kube_nodes.py)
 ALLOCATION = "allocate-node-cidrs=true node-cidr-mask-size-ipv6=64"
 HTTPD = "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"

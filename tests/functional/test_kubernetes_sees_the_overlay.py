@@ -42,7 +42,8 @@ import pytest
 from functional_kit import (assert_hooks_run_with_the_base_python, deploy_and_wait, pings,
                             pod_ip, wait_past_restart_grace)
 
-from sandbox.kubernetes import UNITS, ReadyWatch, busybox_pod
+from sandbox.cluster import IPV6_CIDR
+from sandbox.kubernetes import IPV6_SERVICE_CIDR, SERVICE_CIDR, UNITS, ReadyWatch, busybox_pod
 from sandbox.waiting import wait_for
 
 pytestmark = [pytest.mark.functional, pytest.mark.kubernetes,
@@ -241,9 +242,8 @@ def test_a_rebooted_worker_is_ready_again_and_runs_its_pod(cluster):
     k8s.kubectl("delete", "pod", "on-m2", "--wait=false")
 
 
-IPV6_CIDR = "fd10:1::/56"
 # the control plane's service-cidr, both families (as operators set it for dual-stack)
-DUAL_SERVICE_CIDR = "10.152.183.0/24,fd00:10:152:183::/112"
+DUAL_SERVICE_CIDR = f"{SERVICE_CIDR},{IPV6_SERVICE_CIDR}"
 WEB6_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web6"},
                 "spec": {"selector": {"app": "web"}, "ipFamilies": ["IPv6"],
                          "ipFamilyPolicy": "SingleStack",
