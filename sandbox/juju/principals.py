@@ -8,7 +8,7 @@ waiting status the unit then shows; a reconcile that finishes leaves the unit
 active "Ready".  The first step, before anything else, extracts the
 `cni-plugins` resource (containernetworking plugins v1.x: bridge, host-local,
 loopback, portmap, bandwidth, firewall, tuning, vrf, ...; no flannel) into
-the machine's /opt/cni/bin with `tar -xzf RESOURCE -C /opt/cni/bin
+the machine's /opt/cni/bin with `tar xfz RESOURCE -C /opt/cni/bin
 --no-same-owner`: in nearly every hook the plugins are written again.
 
 On `cni` (interface kubernetes-cni, container scope) they read `cidr` and
