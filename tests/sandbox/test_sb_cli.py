@@ -12,11 +12,14 @@ REPO = Path(__file__).resolve().parents[2]
 # A command whose body holds a "cluster" (a `with` whose exit leaves a mark)
 # and waits, as demo and conformance do for minutes.
 COMMAND = textwrap.dedent("""
-    import contextlib, sys, time
+    import contextlib, signal, sys, time
     from pathlib import Path
     from sandbox.cli import run_with_cluster
     from sandbox.cluster import ClusterError
 
+    # Ctrl-C as a shell leaves it: pytest-xdist's workers ignore SIGINT, and
+    # their children inherit that
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     mark = Path(sys.argv[1])
 
     @contextlib.contextmanager
