@@ -18,7 +18,8 @@ from typing import Callable
 def charm_dir(path: str) -> Path:
     """--charm: a charm directory as it is, or a packed .charm (charmcraft's or
     build-charm's) unpacked as `juju deploy ./x.charm` unpacks it, into a
-    directory removed when the command ends."""
+    directory removed when the command ends, with the archive linked beside
+    it as scripts/build-charm leaves it (what a Juju 4.0 cluster deploys)."""
     from sandbox.juju.charm_archive import BadCharmArchive, unpack
 
     given = Path(path)
@@ -27,7 +28,9 @@ def charm_dir(path: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="unpacked-charm."))
     atexit.register(shutil.rmtree, tmp, True)
     try:
-        return unpack(given, tmp / "flannel")
+        unpacked = unpack(given, tmp / "flannel")
+        unpacked.with_suffix(".charm").symlink_to(given.resolve())
+        return unpacked
     except (BadCharmArchive, zipfile.BadZipFile, OSError) as error:
         raise argparse.ArgumentTypeError(str(error)) from error
 

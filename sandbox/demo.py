@@ -14,19 +14,28 @@ says why). `juju add-relation` again: that pod runs by kubelet's own
 retries, a new pod runs, and the pods from before still reach each other.
 Ends with each node's Ready condition through the cycle, the phase table and
 the components' resident memory per machine.
+
+It plays the platform operators run by the end of 2026 (Juju 4.0 deploying the
+packed charm, Ubuntu 24.04 machines, containerd 2); --juju, --base and
+--containerd play the others. The negative control plays the charm it
+replaces on the platform that charm ran on (Juju 3.6: Juju 4.0 deploys no
+charm directory without manifest bases; Ubuntu 22.04; containerd 1.6).
 """
 from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from sandbox.cli import charm_parser, resource_for, run_with_cluster
 from sandbox.old_flannel import MISSING_FLANNEL_EVENT, OLD_CHARM_CLUSTER, deploy_old_charm
 from sandbox.cluster import CONTROL_PLANE_MACHINE, FLANNEL, Cluster
+from sandbox.juju.versions import JUJU_RELEASES
 from sandbox.kubernetes import BUSYBOX_YAML, ReadyWatch, busybox_pod, kubectl_binary
 from sandbox.resource import kubernetes_paths
+from sandbox.ubuntu import RELEASES, SERIES_OF_VERSION
 
 CNI_CONF_FILE = "10-flannel.conflist"
 # seconds a pod may take to reach another machine's pod (3 echoes per try)
@@ -34,10 +43,37 @@ PING_WITHIN = 20.0
 # seconds kubelet may take to run a pod: it retries a failed pod sandbox with
 # a back-off (10 s, doubling)
 RUNNING_WITHIN = 120.0
+BASES = tuple(f"ubuntu@{version}" for version, _, _ in RELEASES.values())
+CONTAINERDS = ("1.6", "2")
 
 
-def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) -> bool:
-    """Returns True when every step behaved as a user expects."""
+@dataclass(frozen=True)
+class Platform:
+    """What the demo's cluster runs: its Juju, its machines' Ubuntu base and
+    their containerd."""
+    juju: str = "4.0"              # a key of JUJU_RELEASES
+    base: str = "ubuntu@24.04"     # one of BASES
+    containerd: str = "2"          # one of CONTAINERDS
+
+    def cluster_options(self) -> dict:
+        return {"juju": JUJU_RELEASES[self.juju],
+                "series": SERIES_OF_VERSION[self.base.removeprefix("ubuntu@")],
+                "containerd": self.containerd}
+
+    def __str__(self) -> str:
+        return (f"Juju {JUJU_RELEASES[self.juju]}, Ubuntu {self.base.removeprefix('ubuntu@')} "
+                f"machines, containerd {self.containerd}")
+
+
+# charm-flannel f79f180 is a charm directory without manifest bases, which
+# Juju 4.0 refuses to deploy; it ran on Juju 2.x-3.x machines of 2020-2022
+OLD_CHARM_PLATFORM = Platform(juju="3.6", base="ubuntu@22.04", containerd="1.6")
+
+
+def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print,
+         platform: Platform = Platform()) -> bool:
+    """Returns True when every step behaved as a user expects. On Juju 4.0
+    the packed charm beside `charm_dir` (scripts/build-charm's) is deployed."""
     ok = True
 
     def check(what: str, good: bool) -> None:
@@ -48,8 +84,9 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print) ->
     say("Kubernetes v1.37 (kube-apiserver, kubelet, ...): built from the Go module proxy "
         "on first use (minutes), then cached")
     kubernetes_paths(progress=lambda line: say(f"   {line}"))
+    say(f"The platform: {platform}")
     with Cluster(charm_dir, resource, workers=2, worker_generation="ops", control_plane=True,
-                 kubernetes=True, say=say) as cluster:
+                 kubernetes=True, say=say, **platform.cluster_options()) as cluster:
         cp = CONTROL_PLANE_MACHINE
         workers = cluster.worker_machines()
         k8s = cluster.kubernetes
@@ -168,8 +205,10 @@ def negative_control(charm_dir: Path, resource: Path, workdir: Path,
     its stop hook included) on the reactive kubernetes-worker of 2020, on
     Kubernetes; busybox.yaml Running, `juju remove-relation` and
     `add-relation`, then a new pod. Returns the event kubelet gives the new
-    pod that matches the report's words, None if none does."""
+    pod that matches the report's words, None if none does. It runs on the
+    platform that charm ran on (OLD_CHARM_PLATFORM)."""
     with Cluster(charm_dir, resource, workers=1, **OLD_CHARM_CLUSTER,
+                 **OLD_CHARM_PLATFORM.cluster_options(),
                  say=lambda text: say(f"[negative control] {text}")) as cluster:
         k8s = cluster.kubernetes
         deploy_old_charm(cluster, workdir, say)
@@ -204,12 +243,22 @@ def negative_control(charm_dir: Path, resource: Path, workdir: Path,
 
 def main(argv: list[str]) -> int:
     parser = charm_parser("demo", __doc__)
+    default = Platform()
+    parser.add_argument("--juju", choices=sorted(JUJU_RELEASES), default=default.juju,
+                        help=f"the Juju to play (default: {default.juju})")
+    parser.add_argument("--base", choices=BASES, default=default.base,
+                        help=f"the machines' Ubuntu (default: {default.base})")
+    parser.add_argument("--containerd", choices=CONTAINERDS, default=default.containerd,
+                        help=f"the machines' containerd (default: {default.containerd})")
     args = parser.parse_args(argv)
+    platform = Platform(args.juju, args.base, args.containerd)
     resource = resource_for(args)
 
     def demo() -> int:
-        ok = play(args.charm, resource)
-        print("\nThe negative control: the same scenario with the charm this one replaces")
+        ok = play(args.charm, resource, platform=platform)
+        print("\nThe negative control: the same scenario with the charm this one replaces, "
+              f"on the platform it ran on ({OLD_CHARM_PLATFORM}; Juju 4.0 refuses its "
+              "charm directory, which has no manifest bases)")
         with tempfile.TemporaryDirectory(prefix="flannel-negative-control.") as work:
             event = negative_control(args.charm, resource, Path(work))
         print(f"   [{'ok' if event else 'FAILED'}] kubelet's event for the new pod is the bug "

@@ -54,9 +54,9 @@ from .operations import (ModelOperations, coerce_config, endpoints_from_metadata
                          split_endpoint)
 from .scheduler import HookScheduler, SettleError, apply_changes  # noqa: F401
 from .status import format_status as _format_status, model_status
-from .versions import rules_for
+from .versions import JUJU_3_6, rules_for
 
-JUJU_VERSION = "3.6.4"
+JUJU_VERSION = JUJU_3_6
 PARALLEL_ENV = "SANDBOX_JUJU_PARALLEL"
 DEFAULT_PARALLEL = 16
 # Juju's uniter retries a failed hook after 5 s, doubling up to 5 min

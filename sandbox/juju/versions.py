@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the newest of each Juju the sandbox plays, by what operators call it
+JUJU_3_6, JUJU_4 = "3.6.4", "4.0.15"
+JUJU_RELEASES = {"3.6": JUJU_3_6, "4.0": JUJU_4}
 SERIES_UPGRADE_HOOKS = ("pre-series-upgrade", "post-series-upgrade")
 # Juju 4.0.0's release notes: "leader-get, leader-set hook tools are removed"
 LEADER_SETTINGS_TOOLS = frozenset({"leader-get", "leader-set"})

@@ -19,6 +19,7 @@ from functional_kit import (assert_hooks_run_with_the_base_python, delete_pods, 
                             play_remove_add)
 
 from sandbox.cluster import CNI_RELATION, FLANNEL
+from sandbox.juju.versions import JUJU_4
 
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("actions")]
 
@@ -27,7 +28,6 @@ pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("actions")]
 # Juju 4.0 (sandbox/juju/versions.py: the packed charm deployed and
 # refreshed, no leader-get/leader-set, no private-address) on Ubuntu 26.04
 # machines, whose hooks run on its python3 (CPython 3.14, sandbox/cpython.py)
-JUJU_4 = "4.0.15"
 
 
 @pytest.fixture(scope="module")

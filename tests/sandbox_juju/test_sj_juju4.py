@@ -9,8 +9,7 @@ import pytest
 from jujukit import World
 
 from sandbox.juju import EtcdApp, ModelError
-
-JUJU_4 = "4.0.15"
+from sandbox.juju.versions import JUJU_4
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ restart flanneld on it.
 """
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import subprocess
 
@@ -225,7 +224,7 @@ def test_ipv6_pods_must_get_ipv6_s_minimum_mtu_over_flanneld_s_interface(
         machine, mtu, options, reason):
     from charms.flannel.facts.options import parse_options
     links, _ = machine
-    link = dataclasses.replace({link.name: link for link in links}["eth3"], mtu=mtu)
+    link = {link.name: link for link in links}["eth3"]._replace(mtu=mtu)
     problem = host_network.ipv6_mtu_problem(parse_options(options).network_config(), link)
     if reason is None:
         assert problem is None, str(problem)

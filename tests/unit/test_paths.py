@@ -3,7 +3,6 @@ reads it to find (or clean up) what flannel wrote finds every file there,
 at the path and with the mode facts/paths.py gives it. Paths.under(root)
 is that same tree below a directory, which the tests run the steps on."""
 import re
-from dataclasses import fields
 from pathlib import Path
 
 from charms.flannel.facts import paths
@@ -62,9 +61,9 @@ def test_the_machine_s_paths_are_where_earlier_revisions_wrote_them():
 
 def test_under_a_root_every_path_is_the_machine_s_below_it(tmp_path):
     node = Paths.under(tmp_path / "node")
-    for field in fields(Paths):
-        machine = getattr(MACHINE, field.name)
-        assert getattr(node, field.name) == tmp_path / "node" / machine.relative_to("/"), field
+    for field in Paths._fields:
+        machine = getattr(MACHINE, field)
+        assert getattr(node, field) == tmp_path / "node" / machine.relative_to("/"), field
     assert node.written_files == tuple(tmp_path / "node" / p.relative_to("/")
                                        for p in MACHINE.written_files)
     assert node.runtime_directories == tuple(tmp_path / "node" / p.relative_to("/")

@@ -173,13 +173,13 @@ def set_etcd(ctx, seen):
 @pytest.mark.parametrize("override, expected", [
     (set_resource, ("blocked", "Missing resource flannel-amd64: attach it with juju "
                                "attach-resource")),
-    (lambda ctx, seen: Seen(**{**vars(seen), "series_upgrade": True}),
+    (lambda ctx, seen: seen._replace(series_upgrade=True),
      ("blocked", "Series upgrade in progress")),
-    (lambda ctx, seen: Seen(**{**vars(seen), "installed": False}),
+    (lambda ctx, seen: seen._replace(installed=False),
      ("maintenance", "Installing flannel.")),
     (without_credentials, ("waiting", "Waiting for etcd client credentials.")),
     (set_etcd, ("waiting", "cannot reach etcd: https://10.0.0.5:2379 (connection refused)")),
-    (lambda ctx, seen: Seen(**{**vars(seen), "network_configured": False}),
+    (lambda ctx, seen: seen._replace(network_configured=False),
      ("waiting", "Waiting to write the flannel network to etcd.")),
 ], ids=["resource", "series-upgrade", "installing", "credentials", "etcd", "network"])
 def test_each_problem_is_named_in_the_status(running, override, expected):
@@ -227,13 +227,13 @@ def test_a_flanneld_that_exited_after_its_start_is_failing_not_starting(stopped)
     assert shown(stopped) == (
         "waiting", "flannel.service is failing: flanneld exited after start "
                    "(journalctl -u flannel)")
-    assert shown(stopped, Seen(**{**vars(HEALTHY), "service_started": False})) == (
+    assert shown(stopped, HEALTHY._replace(service_started=False)) == (
         "waiting", "Waiting for flannel.service to start.")
 
 
 def test_a_flanneld_started_with_other_inputs_is_starting_even_while_it_runs(running):
     """Its inputs changed and it is restarted: it is not on its lease yet."""
-    assert shown(running, Seen(**{**vars(HEALTHY), "service_started": False})) == (
+    assert shown(running, HEALTHY._replace(service_started=False)) == (
         "waiting", "Waiting for flannel.service to start.")
 
 
@@ -283,7 +283,7 @@ def test_before_the_conflist_is_handed_to_the_principal_no_pod_can_start(running
     """flanneld on its lease, etcd's hooks first: the cni relation's hooks
     have not run yet, so there is no flannel network config on the node."""
     running.paths.cni_conflist.unlink()
-    assert shown(running, Seen(**{**vars(HEALTHY), "cni_configured": False})) == (
+    assert shown(running, HEALTHY._replace(cni_configured=False)) == (
         "waiting", "Waiting for the principal on the cni relation.")
 
 

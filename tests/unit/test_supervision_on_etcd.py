@@ -4,7 +4,6 @@ real TLS etcd, a real subnet.env and, where routes matter, a real network
 namespace: what an idle hook must act on."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import socket
 
@@ -158,8 +157,8 @@ def test_etcd_away_is_a_problem_naming_it_and_nothing_else(etcd, pki, tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     ctx = unit(tmp_path, etcd, pki)
-    ctx.juju.etcd_relation = dataclasses.replace(ctx.juju.etcd_relation,
-                                                 connection_string=f"https://127.0.0.1:{port}")
+    ctx.juju.etcd_relation = ctx.juju.etcd_relation._replace(
+        connection_string=f"https://127.0.0.1:{port}")
     seen, found = look(ctx)
     assert found.problems[Problem.ETCD].startswith("cannot reach etcd: https://127.0.0.1:%d" % port)
     assert (found.clear_flags, seen.lost, seen.unreachable) == ([], None, True)

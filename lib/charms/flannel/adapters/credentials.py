@@ -4,17 +4,15 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from ..facts import paths
 from ..facts.paths import Paths
 from .install_record import InstallRecord
 
 
-@dataclass(frozen=True)
-class ClientFiles:
+class ClientFiles(NamedTuple):
     ca_file: Path
     cert_file: Path
     key_file: Path

@@ -15,8 +15,7 @@ import base64
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import etcd3gw
@@ -32,8 +31,7 @@ from ..facts.v2_network import V2Network, parse_v2_tree
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class EtcdClientSettings:
+class EtcdClientSettings(NamedTuple):
     endpoints: tuple[str, ...]  # "https://host:port", in the order to try them
     ca_file: str
     cert_file: str

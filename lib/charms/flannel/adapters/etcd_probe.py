@@ -23,8 +23,7 @@ import http.client
 import json
 import socket
 import ssl
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, NamedTuple, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from ..facts.etcd_keys import (API, DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable,
@@ -42,8 +41,7 @@ def _subnets(keys: list) -> tuple:
                         for key in keys))
 
 
-@dataclass(frozen=True)
-class LeaseList:
+class LeaseList(NamedTuple):
     """Every lease's IPv4 subnet ("10.1.52.0/24"), and the fingerprint it was
     listed at: (count, the newest lease key's create revision, etcd's
     cluster id)."""
@@ -63,8 +61,7 @@ class LeaseList:
             return None
 
 
-@dataclass(frozen=True)
-class EtcdView:
+class EtcdView(NamedTuple):
     config: Optional[dict[str, Any]]  # the stored network config (None: absent or not JSON)
     lease: Optional[bool]             # whether the asked lease is there (None: not asked)
     endpoint: str                     # the endpoint that answered

@@ -22,8 +22,7 @@ import os
 import socket
 import ssl
 import tempfile
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 from urllib.parse import quote, urlsplit
 
 from ..facts.kube_nodes import FLANNELD_CONDITION_REASON, KubeRefused, KubeUnavailable, Node
@@ -33,8 +32,7 @@ from ..facts.kube_nodes import FLANNELD_CONDITION_REASON, KubeRefused, KubeUnava
 FLANNELD_PERMISSIONS = "get, list and watch on nodes, and patch on nodes/status"
 
 
-@dataclass(frozen=True)
-class KubeAccess:
+class KubeAccess(NamedTuple):
     """What a kubeconfig's current context gives: the server (host, port,
     and a path its API is served under, "/k8s/clusters/c-xyz" behind a
     proxy), how to check it (a CA, or no check at all, and the name its

@@ -31,9 +31,8 @@ import ipaddress
 import json
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 from ..facts.cni_config import valid_network_name
 from ..facts.netconfig import Address
@@ -43,8 +42,7 @@ from .machine import Machine
 POD_BRIDGE = "cni0"
 
 
-@dataclass(frozen=True)
-class Bridge:
+class Bridge(NamedTuple):
     """What the kernel shows of the bridge: its addresses in the kernel's
     order (the bridge plugin's order too), IPv4 link-local ones included
     (169.254.x.y, which avahi-autoipd or systemd-networkd may add), IPv6
@@ -112,8 +110,7 @@ def set_mtu(machine: Machine, mtu: int, name: str = POD_BRIDGE) -> bool:
 
 # --- whose an address is ------------------------------------------------------------
 
-@dataclass(frozen=True)
-class FlannelsMarks:
+class FlannelsMarks(NamedTuple):
     """What shows an address on the bridge is flannel's: the pod networks
     flannel served on this node, and the addresses host-local handed out on
     flannel's CNI network."""
@@ -146,8 +143,7 @@ def blocks(address: Address, gateway: Address, held: Sequence[Address] = ()) -> 
     return address.version == 4 or address.network.overlaps(gateway.network)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """flannel's addresses to take off the bridge, and the addresses that
     are not flannel's and stop the bridge plugin taking the gateway."""
     stale: tuple = ()
@@ -185,8 +181,7 @@ def foreign_problem(bridge: str, foreign: Iterable[Address]) -> Optional[str]:
 
 # --- steps ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Settled:
+class Settled(NamedTuple):
     """What settle_on_lease did: the addresses it took off, those it could
     not (gone meanwhile, or refused), and the foreign ones it left."""
     removed: tuple = ()
@@ -198,8 +193,7 @@ class Settled:
         return foreign_problem(POD_BRIDGE, self.foreign)
 
 
-@dataclass(frozen=True)
-class BeforeStart:
+class BeforeStart(NamedTuple):
     """What settle_before_start did: the addresses it took off, and the
     bridge's MTU set anew as (old, new), if it was."""
     removed: tuple = ()

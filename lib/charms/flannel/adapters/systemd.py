@@ -10,14 +10,12 @@ service_* do, and what systemd said goes to the hook's stderr (Juju's log).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .machine import Machine
 
 
-@dataclass(frozen=True)
-class ServiceState:
+class ServiceState(NamedTuple):
     """A unit as `systemctl show` gives it."""
     active: bool                  # ActiveState active (or reloading): is-active's yes
     main_pid: Optional[int]       # its main process, while it has one

@@ -18,14 +18,13 @@ import hashlib
 import json
 import lzma
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 KEY = "config"
 CHARM = "flannel"
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(NamedTuple):
     model: str
     model_uuid: str
     application: str

@@ -29,8 +29,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .netconfig import VXLAN, VXLAN_OVERHEAD
 from .options import MIN_MTU, MIN_POD_MTU
@@ -65,8 +64,7 @@ class Verdict(enum.Enum):
     UNSURE = "unsure"       # nothing came back, but chance may explain it
 
 
-@dataclass(frozen=True)
-class Echoes:
+class Echoes(NamedTuple):
     """Echoes sent to one address with one size, and how many came back."""
     sent: int = 0
     answered: int = 0
@@ -107,8 +105,7 @@ class Echoes:
 NOT_ASKED = Echoes()
 
 
-@dataclass(frozen=True)
-class Peer:
+class Peer(NamedTuple):
     """Another node's lease of one family, as etcd holds it (a dual-stack
     lease is two: its IPv4 subnet and its IPv6 one)."""
     subnet: str                      # "10.1.52.0/24" (or "fd10:1:0:5::/64")
@@ -130,8 +127,7 @@ class Peer:
         return str(ipaddress.ip_network(self.subnet).network_address + 1)
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     """This node's route to a peer's subnet (`ip route show exact`)."""
     via: Optional[str]   # the next hop ("10.1.52.0" over vxlan, the node's address direct)
     dev: str
@@ -140,8 +136,7 @@ class Route:
         return vxlan_link is not None and self.dev == vxlan_link
 
 
-@dataclass(frozen=True)
-class PathProbe:
+class PathProbe(NamedTuple):
     """What was measured from this node towards one peer."""
     route: Optional[Route]                 # None: no route to the peer's subnet
     fdb: Optional[bool] = None             # vxlan: an FDB entry sends its VTEP MAC to its address
@@ -181,8 +176,7 @@ class PathProbe:
 OK, BROKEN, UNSURE, GONE = "ok", "broken", "unsure", "gone"
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     peer: Peer
     gateway: str                  # the address probed through the route
     status: str                   # OK, BROKEN (a cause named), UNSURE, GONE

@@ -6,8 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 _VERSION = re.compile(r"v?\d+\.\d+\.\d+[\w.+-]*")
 # flannel before v0.18 kept its network in etcd's v2 keyspace and wrote its
@@ -63,8 +62,7 @@ def offers_readyz(version: Optional[str]) -> bool:
     return parsed is not None and parsed >= READYZ_SINCE
 
 
-@dataclass(frozen=True)
-class Defect:
+class Defect(NamedTuple):
     """A defect of flanneld's that bites this charm's mode (etcd subnet
     manager), in the versions [since, fixed_in)."""
     what: str

@@ -15,8 +15,7 @@ interface a `network-get` binding means, and which routes are flanneld's.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 from .netconfig import IPV6_MIN_MTU
 from .options import InvalidOption
@@ -25,8 +24,7 @@ from .options import InvalidOption
 FLANNEL_DEVICE_PREFIXES = ("flannel.", "flannel-v6.", "cni0", "veth")
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
     name: str
     up: bool          # administratively up with carrier (operstate UP/UNKNOWN)
     loopback: bool

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from .etcd_keys import Lease
 
@@ -49,8 +48,7 @@ class AmbiguousNode(ValueError):
     kubelet registered: the reason, for a blocked status."""
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     name: str
     addresses: tuple[str, ...]        # status.addresses (InternalIP, ExternalIP, Hostname)
     pod_cidrs: tuple[str, ...]        # spec.podCIDRs (or spec.podCIDR)

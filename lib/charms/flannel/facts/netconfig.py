@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 VXLAN = "vxlan"
 HOST_GW = "host-gw"
@@ -36,8 +35,7 @@ class NotANetworkConfig(ValueError):
     """JSON that is no flannel network config (flanneld would refuse it)."""
 
 
-@dataclass(frozen=True)
-class Backend:
+class Backend(NamedTuple):
     type: str = VXLAN
     vni: int = DEFAULT_VNI
     port: int = 0              # 0: the kernel's vxlan port (8472)
@@ -45,8 +43,7 @@ class Backend:
     direct_routing: bool = False
 
 
-@dataclass(frozen=True)
-class NetworkConfig:
+class NetworkConfig(NamedTuple):
     # the IPv4 pod network; None: IPv6-only (EnableIPv4 false, flanneld >= 0.22
     # on the Kubernetes API only: its etcd subnet manager keys leases by IPv4)
     network: Optional[ipaddress.IPv4Network]

@@ -13,8 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .netconfig import HOST_GW, IPV6_MIN_MTU, VXLAN, VXLAN_OVERHEAD, Backend, NetworkConfig
 
@@ -99,8 +98,7 @@ class InvalidOption(ValueError):
         return self.message
 
 
-@dataclass(frozen=True)
-class NetworkOptions:
+class NetworkOptions(NamedTuple):
     cidr: Optional[ipaddress.IPv4Network]   # None: IPv6-only (subnet-manager=kubernetes)
     subnet_len: int
     backend: str  # "vxlan" | "host-gw"

@@ -9,8 +9,8 @@ earlier revision finds its files where that one wrote them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import NamedTuple
 
 SERVICE_NAME = "flannel"
 CNI_CONF_NAME = "10-flannel.conflist"
@@ -43,8 +43,7 @@ class _Below:
         return getattr(paths, self.directory) / self.name
 
 
-@dataclass(frozen=True)
-class Paths:
+class Paths(NamedTuple):
     flanneld: Path = Path("/usr/local/bin/flanneld")
     cni_bin_dir: Path = Path("/opt/cni/bin")
     # the etcd client credentials from the relation; the key is a secret
@@ -76,8 +75,8 @@ class Paths:
     @classmethod
     def under(cls, root: os.PathLike) -> "Paths":
         """The same tree below `root`."""
-        return cls(**{f.name: Path(root) / str(getattr(cls(), f.name)).lstrip("/")
-                      for f in fields(cls)})
+        return cls(**{f: Path(root) / str(getattr(cls(), f)).lstrip("/")
+                      for f in cls._fields})
 
     cni_plugin = _Below("cni_bin_dir", "flannel")
     cni_conflist = _Below("cni_conf_dir", CNI_CONF_NAME)

@@ -17,8 +17,7 @@ back restarts at once rather than never.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 # seconds a flanneld is left to lease, route and write subnet.env after it
 # started (v0.28.10 does all three within two seconds when etcd answers)
@@ -28,8 +27,7 @@ FIRST_WAIT = 600
 MAX_WAIT = 4 * 3600
 
 
-@dataclass(frozen=True)
-class Cause:
+class Cause(NamedTuple):
     """Why flanneld is to be restarted: `key` its kind ("unrouted"), `names`
     what it is about (the subnets without a route), `text` says it in the
     log and the status."""
@@ -38,8 +36,7 @@ class Cause:
     names: frozenset = frozenset()
 
 
-@dataclass(frozen=True)
-class Restarts:
+class Restarts(NamedTuple):
     """The restarts made for one cause that has not gone since."""
     cause: str      # Cause.key
     count: int
@@ -70,8 +67,7 @@ class Restarts:
         return min(FIRST_WAIT * 2 ** (self.count - 1), MAX_WAIT)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     restart: bool
     restarts: Optional[Restarts]      # what to remember
     waiting: Optional[str] = None     # the status while a restart waits

@@ -9,9 +9,8 @@ texts are part of a refresh's contract (operators' alerts match them).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from .flanneld import HEALTHZ_IP, HEALTHZ_PORT
 
@@ -94,8 +93,7 @@ RECORDED = (Problem.RECORD, Problem.RESOURCE, Problem.CIDR, Problem.MTU, Problem
             Problem.UNROUTABLE, Problem.RESTARTS)
 
 
-@dataclass(frozen=True)
-class Status:
+class Status(NamedTuple):
     state: str  # maintenance | blocked | waiting | active
     message: str
 

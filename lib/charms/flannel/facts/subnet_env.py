@@ -6,8 +6,7 @@ node_files.py reads the file."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 REQUIRED = ("FLANNEL_MTU", "FLANNEL_IPMASQ")
 # a lease's subnet of each family: IPv4's, IPv6's (both: dual-stack); an
@@ -20,8 +19,7 @@ class IncompleteSubnetEnv(ValueError):
     """A variable flanneld writes is missing (flanneld not done yet)."""
 
 
-@dataclass(frozen=True)
-class SubnetEnv:
+class SubnetEnv(NamedTuple):
     # the whole IPv4 pod network, e.g. 10.1.0.0/16, and this node's
     # gateway/lease in it, e.g. 10.1.52.1/24; both None when IPv6-only
     network: Optional[ipaddress.IPv4Network]

@@ -35,8 +35,7 @@ this module decides.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from .etcd_keys import Lease, json_object, lease_subnets
 from .netconfig import NetworkConfig
@@ -45,8 +44,7 @@ from .netconfig import NetworkConfig
 MAX_CARRIED_TTL = 24 * 3600
 
 
-@dataclass(frozen=True)
-class V2Lease:
+class V2Lease(NamedTuple):
     name: str               # the key's last part: "10.1.52.0-24"
     value: bytes            # the lease as flannel v0.11 wrote it (PublicIP, Backend*)
     ttl: Optional[int]      # seconds left; None: no TTL (a reservation)
@@ -63,8 +61,7 @@ class V2Lease:
         return (json_object(self.value) or {}).get("PublicIP")
 
 
-@dataclass(frozen=True)
-class V2Network:
+class V2Network(NamedTuple):
     config: Optional[bytes]     # <prefix>/config as stored (None: absent)
     leases: tuple               # V2Lease, ...
 

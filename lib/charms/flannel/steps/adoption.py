@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from ..adapters.install_record import InstallRecord
 from ..adapters.node_files import network_name_of
@@ -72,8 +72,7 @@ OLD_EXTRACT = Path("files") / "flannel"
 OLD_EXTRACT_PLUGIN = OLD_EXTRACT / "cni-plugin" / "flannel"
 
 
-@dataclass(frozen=True)
-class OldCharmLayout:
+class OldCharmLayout(NamedTuple):
     """Where the old charm put things (the machine's, or below a test's root)."""
     flanneld: Path
     etcdctl: Path

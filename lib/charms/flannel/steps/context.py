@@ -12,9 +12,8 @@ import contextlib
 import functools
 import hashlib
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, NamedTuple, Optional, Protocol
 
 from ..adapters import health, node_files
 from ..adapters import links as machine_links
@@ -33,8 +32,7 @@ from .unit_state import UnitState
 IDLE_HOOK = "update-status"
 
 
-@dataclass(frozen=True)
-class EtcdRelation:
+class EtcdRelation(NamedTuple):
     """What etcd's charm publishes on the relation."""
     connection_string: str
     ca: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from ..adapters import probes
 from ..facts.diagnosis import (BROKEN, ECHOES, MORE_ECHOES, Echoes, Finding, PathProbe, Peer,
@@ -254,8 +254,7 @@ def probe_path(ctx: HookContext, peer: Peer, vxlan_link: Optional[str], pod_mtu:
     return PathProbe(**seen, largest=pod_mtu, too_large_refused=refused)
 
 
-@dataclass(frozen=True)
-class LeaseRow:
+class LeaseRow(NamedTuple):
     lease: Lease
     expires_in: Optional[int]
     this_node: bool

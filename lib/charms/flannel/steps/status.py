@@ -4,8 +4,7 @@ the node's subnet. And what the hook learned for the idle hooks to come."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from ..adapters import node_files
 from ..facts.flanneld import defects_note
@@ -15,8 +14,7 @@ from . import subnets
 from .context import HookContext
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(NamedTuple):
     """What the flags say, as the handler read them."""
     installed: bool = False
     series_upgrade: bool = False

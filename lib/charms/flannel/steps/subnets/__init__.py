@@ -21,7 +21,7 @@ which mode is on (tests/unit/test_layers.py keeps it so).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Callable, NamedTuple, Optional, Protocol
 
 from ...facts.netconfig import NetworkConfig
 from ...facts.options import ETCD, KUBERNETES, InvalidOption
@@ -39,8 +39,7 @@ class LeasesUnreadable(Exception):
         self.where, self.reason = where, reason
 
 
-@dataclass(frozen=True)
-class Leases:
+class Leases(NamedTuple):
     """Every lease where a mode keeps them, for the actions."""
     lifetimes: list            # (Lease, seconds left or None: a Node's has no expiry)
     units: dict                # (first subnet, address) -> who holds it (a unit, a Node)
@@ -59,8 +58,7 @@ class Cluster:
 Refusal = Callable[[Cluster], Optional[InvalidOption]]
 
 
-@dataclass(frozen=True)
-class FlanneldOn:
+class FlanneldOn(NamedTuple):
     """How flanneld runs on a mode: its arguments and environment in
     flannel.service (lines of the unit file's [Service] before ExecStart),
     what the unit file says of the mode (a digest input), and the
@@ -71,8 +69,7 @@ class FlanneldOn:
     reads: tuple = ()
 
 
-@dataclass(frozen=True)
-class LeaseLook:
+class LeaseLook(NamedTuple):
     """What update-status learned of this node's lease where the mode keeps
     it (the mode records its own problems on the way)."""
     unreachable: bool = False        # the mode could not be asked: nothing else is known
