@@ -57,8 +57,11 @@ def resource_for(args: argparse.Namespace) -> Path:
 def run_with_cluster(command: str, body: Callable[[], int]) -> int:
     """Runs `body`, which brings a cluster up and tears it down in its own
     `with`: a kill (SIGTERM) raises KeyboardInterrupt as Ctrl-C does, so that
-    teardown runs either way; a ClusterError is one line, not a traceback."""
+    teardown runs either way; a ClusterError, or the sandbox's Juju refusing
+    what it is asked (a .charm without manifest bases on 4.0), is one line,
+    not a traceback."""
     from sandbox.cluster import ClusterError
+    from sandbox.juju.model import ModelError
 
     def raise_interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -66,11 +69,12 @@ def run_with_cluster(command: str, body: Callable[[], int]) -> int:
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         return body()
-    except ClusterError as error:
+    except (ClusterError, ModelError) as error:
         print(f"{command} failed: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted; the sandbox was torn down", file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # (None: a handler installed outside Python, which cannot be put back)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -66,7 +66,7 @@ class Platform:
 
 
 # charm-flannel f79f180 is a charm directory without manifest bases, which
-# Juju 4.0 refuses to deploy; it ran on Juju 2.x-3.x machines of 2020-2022
+# Juju 4.0 refuses to deploy; the platform of 2022-2024 ran it
 OLD_CHARM_PLATFORM = Platform(juju="3.6", base="ubuntu@22.04", containerd="1.6")
 
 

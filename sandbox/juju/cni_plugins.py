@@ -3,7 +3,8 @@
 extracted into /opt/cni/bin, and their default link to the CNI's conf file
 in /etc/cni/net.d.
 
-The real charms ship a gzip tarball and run `tar xfz`; the sandbox's is left
+The real charms ship a gzip tarball and run `tar xfz` (the ops charms `tar
+-xzvf ... --no-same-owner`); the sandbox's is left
 uncompressed and extracted with `tar -xf`: the same files written the same
 way. The ops principals extract on nearly every hook, and gunzipping 44 MB of
 Debian's plugins each time was about two CPU-minutes of the everyday suite.

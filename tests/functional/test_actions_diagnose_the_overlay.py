@@ -24,14 +24,11 @@ from sandbox.juju.versions import JUJU_4
 pytestmark = [pytest.mark.functional, pytest.mark.xdist_group("actions")]
 
 
-# The module's cluster plays the platform operators deploy at the end of 2026:
-# Juju 4.0 (sandbox/juju/versions.py: the packed charm deployed and
-# refreshed, no leader-get/leader-set, no private-address) on Ubuntu 26.04
-# machines, whose hooks run on its python3 (CPython 3.14, sandbox/cpython.py)
-
-
 @pytest.fixture(scope="module")
 def cluster(open_cluster):
+    # Juju 4.0 (sandbox/juju/versions.py: the packed charm deployed and
+    # refreshed, no leader-get/leader-set, no private-address) on Ubuntu 26.04
+    # machines, whose hooks run on its python3 (CPython 3.14, sandbox/cpython.py)
     with open_cluster("actions", workers=2, juju=JUJU_4, series="resolute") as opened:
         opened.plugins_before = deploy_and_wait(opened)
         opened.controller.update_status()   # where a unit names itself beside its lease
