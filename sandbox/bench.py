@@ -373,7 +373,15 @@ def _flat(record: dict) -> dict:
             "etcd requests": http.get("etcd", 0), "readyz requests": http.get("readyz", 0),
             "TLS handshakes": record.get("tls", 0),
             "commands run": ", ".join(f"{c} x{n}" for c, n in sorted(commands.items())
-                                      if c != "tool") or "-"}
+                                      if c != "tool") or "-",
+            "run again in one hook": _repeated([record])}
+
+
+def _repeated(records: list[dict]) -> str:
+    """The command lines a hook ran more than once, with the hook: each
+    one asked the same question twice, or changed what it asks about."""
+    return ", ".join(f"{r['hook']}: {line} x{n}" for r in records
+                     for line, n in sorted(r.get("repeated", {}).items())) or "-"
 
 
 def median_profile(records: list[dict]) -> dict:
@@ -389,7 +397,8 @@ def summed_profile(records: list[dict]) -> dict:
     if not records:
         return {}
     flats = [_flat(r) for r in records]
-    out = {key: sum(f[key] for f in flats) for key in flats[0] if key != "commands run"}
+    out = {key: sum(f[key] for f in flats) for key in flats[0]
+           if not isinstance(flats[0][key], str)}
     out["hooks"] = len(flats)
     commands: dict = {}
     for record in records:
@@ -398,6 +407,7 @@ def summed_profile(records: list[dict]) -> dict:
                 commands[command] = commands.get(command, 0) + n
     out["commands run"] = ", ".join(f"{c} x{n}" for c, n in sorted(
         commands.items(), key=lambda item: -item[1])) or "-"
+    out["run again in one hook"] = _repeated(records)
     return out
 
 

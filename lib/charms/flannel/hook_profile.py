@@ -4,7 +4,8 @@ With FLANNEL_HOOK_PROFILE=<directory> (bootstrap.PROFILE_ENV) in a hook's enviro
 bootstrap runs the hook under `profiled()`, which appends one JSON line to
 <directory>/<unit>.jsonl: its wall and CPU time in the venv's python, the
 modules it imported and the time spent importing (outermost imports only),
-the commands it ran (hook tools counted apart) and their time, its HTTP
+the commands it ran (hook tools counted apart) and their time, the command
+lines it ran more than once (the same question asked twice?), its HTTP
 requests by destination (etcd's, flanneld's /readyz, others) and its TLS
 handshakes. Without the variable nothing here is imported. Standard
 library only: the bootstrap loads it before the venv's packages.
@@ -40,6 +41,7 @@ class Tally:
         self.imports = 0.0
         self._depth = 0
         self.commands: Counter = Counter()
+        self.command_lines: Counter = Counter()   # of the commands but hook tools
         self.command_seconds = 0.0
         self.http: Counter = Counter()
         self.tls = 0
@@ -69,6 +71,9 @@ class Tally:
             name = os.path.basename(str(args[0] if isinstance(args, (list, tuple)) else
                                         str(args).split()[0]))
             tally.commands["tool" if name in HOOK_TOOLS else name] += 1
+            if name not in HOOK_TOOLS:
+                tally.command_lines[" ".join(map(str, args)) if isinstance(args, (list, tuple))
+                                    else str(args)] += 1
             self._profile_started = time.perf_counter()
             return popen_init(self, args, *rest, **kwargs)
 
@@ -131,6 +136,7 @@ def profiled(run: Callable[[], None], directory: str) -> None:
             "import_seconds": round(tally.imports, 4),
             "commands": dict(tally.commands),
             "command_seconds": round(tally.command_seconds, 4),
+            "repeated": {line: n for line, n in tally.command_lines.items() if n > 1},
             "http": dict(tally.http), "tls": tally.tls}
         unit = os.environ.get("JUJU_UNIT_NAME", "unit").replace("/", "-")
         os.makedirs(directory, exist_ok=True)
