@@ -52,6 +52,7 @@ it deleted /opt/cni/bin/flannel, bridge and host-local.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import re
@@ -430,6 +431,15 @@ def old_charm_dir(dest: Path, revision: str, *, stop_hook: bool = False) -> Path
 
 
 def _members(tarball: Path) -> dict[str, bytes]:
+    """The resource's files by name, read once per process while it is
+    the same file: every reactive-worker cluster asks (about a second of
+    gunzipping flanneld each time)."""
+    stat = Path(tarball).stat()
+    return _read_members(str(tarball), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_members(tarball: str, mtime_ns: int, size: int) -> dict[str, bytes]:
     with tarfile.open(tarball, "r:gz") as archive:
         return {m.name.lstrip("./"): archive.extractfile(m).read()
                 for m in archive if m.isfile()}
@@ -463,7 +473,8 @@ def old_resource(resource: Path, dest: Path, revision: str,
             info.size, info.mode = len(data), 0o755
             archive.addfile(info, io.BytesIO(data))
     out = dest / resource.name
-    out.write_bytes(gzip.compress(buffer.getvalue()))
+    # level 1: gzip's default 9 took seconds on flanneld, for nothing here
+    out.write_bytes(gzip.compress(buffer.getvalue(), compresslevel=1))
     return out
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import io
 import os
 import select
@@ -144,6 +145,10 @@ def _systemctl3():
 
     s3.MinimumYield = POLL
     s3.MinimumTimeoutStopSec = POLL
+    # its runtime directory names the user, looked up in the passwd database
+    # on every path it expands (dozens a call): root's, once per process
+    if not hasattr(s3.os_getlogin, "cache_info"):
+        s3.os_getlogin = functools.lru_cache(maxsize=None)(s3.os_getlogin)
 
     def wait_vanished_pid(self, pid, timeout):
         deadline = time.monotonic() + float(timeout)

@@ -71,7 +71,8 @@ def broken_resource(good: Path, dest: Path) -> Path:
     """The good resource with flanneld replaced by a script that exits 1 (a
     broken build), cni-plugin/flannel kept: what a bad upgrade attaches."""
     out = io.BytesIO()
-    with tarfile.open(good, "r:gz") as src, tarfile.open(fileobj=out, mode="w:gz") as dst:
+    with tarfile.open(good, "r:gz") as src, \
+            tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as dst:
         for member in src.getmembers():
             if member.name == "flanneld":
                 info = tarfile.TarInfo("flanneld")
