@@ -44,6 +44,7 @@ API::
     pod.delete() -> str                             # crictl stopp + rmp; "" or the error
     image_archives() -> {"pause": Path, "busybox": Path}
     cached_archives(out_dir, key, names, make) -> {name: Path}   # built once, locked
+    archive_paths(out_dir, key, names) -> {name: Path}   # where, without building
     cri_leftovers() -> list[str]            # cgroups of dead machines, cni-* netns files
     cleanup_stale_cgroups() -> list[str]    # a killed run's pod cgroups (start() calls it)
 """
@@ -199,6 +200,11 @@ def image_archives() -> dict[str, Path]:
     return cached_archives(cache_root() / "images", key, list(_IMAGES), make)
 
 
+def archive_paths(out_dir: Path, key: str, names) -> dict[str, Path]:
+    """Where cached_archives keeps each of `names` for `key`."""
+    return {name: out_dir / f"{name}-{key}.oci.tar" for name in names}
+
+
 def cached_archives(out_dir: Path, key: str, names: list[str],
                     make: Callable[[str], bytes]) -> dict[str, Path]:
     """{name: out_dir/<name>-<key>.oci.tar}, each missing one written from
@@ -206,7 +212,7 @@ def cached_archives(out_dir: Path, key: str, names: list[str],
     run in several processes: the others find them made). An archive of
     another key goes a day after it was made: another checkout's may be in
     use now."""
-    paths = {name: out_dir / f"{name}-{key}.oci.tar" for name in names}
+    paths = archive_paths(out_dir, key, names)
     if all(p.is_file() for p in paths.values()):
         return paths
     out_dir.mkdir(parents=True, exist_ok=True)

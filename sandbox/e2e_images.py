@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox.cri import (APPLETS, BUSYBOX, IMAGE_FORMAT, _layer as busybox_layer,
-                         cached_archives, oci_archive)
+                         archive_paths, cached_archives, oci_archive)
 from sandbox.resource import (AGNHOST_VERSION, COREDNS_VERSION, KUBERNETES_VERSION,
                               binary_path, cache_root, host_arch)
 
@@ -349,9 +349,8 @@ def cached() -> bool:
     from sandbox.resource import BINARIES, cached as binary_cached
     if not all(binary_cached(BINARIES[name], host_arch()) for name in ("agnhost", "coredns")):
         return False
-    out_dir = cache_root() / "images" / "e2e"
-    key = _key()
-    return all((out_dir / f"{name}-{key}.oci.tar").is_file() for name in SPECS)
+    return all(path.is_file() for path in
+               archive_paths(cache_root() / "images" / "e2e", _key(), SPECS).values())
 
 
 def import_into(runtime, names=None, progress=None) -> None:
