@@ -154,9 +154,14 @@ def play(charm_dir: Path, resource: Path, say: Callable[[str], None] = print,
             say(cluster.status_table())
             with cluster.timings.phase("a pod created while flannel is away", say):
                 kubectl("create", "-f", "-", stdin=busybox_pod("made-while-away", workers[0]))
-                k8s.wait_for("kubelet's word on made-while-away", lambda: k8s.kubectl(
-                    "get", "events", "--field-selector",
-                    "involvedObject.name=made-while-away", "-o", "name").stdout.strip(), 60)
+                # kubelet's word on its pod sandbox: an earlier event (a volume's
+                # configmap not synced yet) comes while the pod is still Pending
+                try:
+                    k8s.wait_for("kubelet's sandbox event for made-while-away", lambda: k8s.kubectl(
+                        "get", "events", "--field-selector", "involvedObject.name=made-while-away,"
+                        "reason=FailedCreatePodSandBox", "-o", "name").stdout.strip(), 60)
+                except TimeoutError as error:
+                    say(f"   {error}")
                 waiting = kubectl("get", "po", "made-while-away")
                 check("made-while-away waits in ContainerCreating", "ContainerCreating" in waiting)
                 uid = k8s.get("pod", "made-while-away")["metadata"]["uid"]
