@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 
 import pytest
@@ -569,6 +570,34 @@ def test_a_unit_writes_its_network_to_etcd_and_remembers_it_as_confirmed(
     assert ctx.confirmed == network(vni=7)
     assert ctx.state.etcd_endpoints == etcd.connection_string
     assert ctx.client_files.key_file.read_text() == pki.client_key.read_text()
+
+
+def etcd_revision(etcd) -> int:
+    return int(etcd_client(etcd).status()["header"]["revision"])
+
+
+def test_a_unit_serving_the_network_etcd_holds_writes_nothing_and_needs_no_etcd3gw(
+        settings, flannels_prefix, netns_machine, etcd, pki, tmp_path, monkeypatch):
+    """Every unit serves the network as it joins (the re-add cycle, a
+    deploy): once one wrote it, the others find it there with one look over
+    the standard library; importing etcd3gw (a quarter of a second of a
+    hook) is for writing. A new service-cidr is still written."""
+    first = hook(tmp_path / "first", netns_machine, etcd, pki, service_cidr="10.152.183.0/24")
+    assert NETWORK_CONFIGURED in network_step.run(first).set_flags
+    written = etcd_revision(etcd)
+    # (importing the etcd3gw adapter now fails the test)
+    monkeypatch.setitem(sys.modules, "charms.flannel.adapters.etcd", None)
+    for name, cidr in (("control-plane", "10.152.183.0/24"), ("worker", None)):
+        ctx = hook(tmp_path / name, netns_machine, etcd, pki, service_cidr=cidr)
+        out = network_step.run(ctx)
+        assert NETWORK_CONFIGURED in out.set_flags and out.problems[Problem.ETCD] is None
+        assert ctx.confirmed == network() and ctx.state.etcd_endpoints == etcd.connection_string
+    assert etcd_revision(etcd) == written
+    monkeypatch.undo()
+    moved = hook(tmp_path / "moved", netns_machine, etcd, pki, service_cidr="10.152.0.0/16")
+    assert NETWORK_CONFIGURED in network_step.run(moved).set_flags
+    with NetworkStore(settings, DEFAULT_PREFIX) as store:
+        assert store.read_service_cidr() == "10.152.0.0/16"
 
 
 def test_a_backend_change_under_a_live_lease_blocks_the_unit_and_keeps_flanneld_as_it_is(

@@ -23,8 +23,8 @@ import requests
 from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
 from ..facts.etcd_keys import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, Lease,
-                               describe_text, json_object, ordered, parse_endpoints, unit_key,
-                               unit_record, units_key)
+                               describe_text, json_object, ordered, parse_endpoints,
+                               service_cidr_key, unit_key, unit_record, units_key)
 from ..facts.netconfig import NetworkConfig, NotANetworkConfig
 from ..facts.v2_network import V2Network, parse_v2_tree
 
@@ -94,9 +94,8 @@ class NetworkStore:
 
     @property
     def service_cidr_key(self) -> str:
-        """The Kubernetes service-cidr, as the control plane's flannel unit
-        recorded it (shared_service_cidr); flanneld reads no such key."""
-        return f"{self.prefix}/service-cidr"
+        """(steps/subnets/etcd.py's shared_service_cidr records it)"""
+        return service_cidr_key(self.prefix)
 
     def read_service_cidr(self) -> str | None:
         values = self._call(lambda client: client.get(self.service_cidr_key))

@@ -23,12 +23,15 @@ import http.client
 import json
 import socket
 import ssl
-from typing import Any, Callable, Iterable, NamedTuple, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from ..facts.etcd_keys import (API, DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable,
                                config_key, describe_text, json_object, lease_key,
-                               lease_subnets, ordered, subnets_key, unit_key)
+                               lease_subnets, ordered, service_cidr_key, subnets_key, unit_key)
+
+if TYPE_CHECKING:   # (imported where a look asks for v2: idle hooks never do)
+    from ..facts.v2_network import V2Network
 
 T = TypeVar("T")
 # etcd's --max-txn-ops default (128): a transaction may hold no more operations
@@ -71,6 +74,10 @@ class EtcdView(NamedTuple):
     lease_public_ip: Optional[str] = None   # the asked lease's PublicIP
     # with unit: what <prefix>/units/<unit> holds (None: nothing, or not JSON)
     unit_record: Optional[dict[str, Any]] = None
+    # with service_cidr: the recorded service-cidr (None: none recorded)
+    service_cidr: Optional[str] = None
+    # with v2: flannel's keys in etcd's v2 keyspace (empty: none, or no v2 API)
+    v2_network: Optional["V2Network"] = None
 
     @property
     def subnets(self) -> tuple[str, ...]:
@@ -80,15 +87,20 @@ class EtcdView(NamedTuple):
 def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, *,
          prefix: str = DEFAULT_PREFIX, lease_of: Optional[str] = None, leases: bool = False,
          preferred: Optional[str] = None, known: Optional[LeaseList] = None,
-         unit: Optional[str] = None, timeout: float = 3.0) -> EtcdView:
+         unit: Optional[str] = None, service_cidr: bool = False, v2: bool = False,
+         timeout: float = 3.0) -> EtcdView:
     """Read the network config (and with lease_of, "10.1.52.0/24", whether
     that lease exists and its address, and with `unit` what names that unit
     its holder; with lease_of or `leases`, every lease: `known` if its
-    fingerprint holds) from the first endpoint that answers, trying
-    `preferred` first. Raises EtcdUnavailable, naming every endpoint tried."""
+    fingerprint holds; with service_cidr, the recorded service-cidr; with
+    v2, flannel's keys in etcd's v2 keyspace) from the first endpoint that
+    answers, trying `preferred` first. Raises EtcdUnavailable, naming every
+    endpoint tried."""
     def read(connection: http.client.HTTPSConnection, endpoint: str) -> EtcdView:
-        # every key in one request (a txn of ranges): a look is one round trip
+        # every v3 key in one request (a txn of ranges): a look is one round trip
         asked = [_range_request(config_key(prefix))]
+        if service_cidr:
+            asked.append(_range_request(service_cidr_key(prefix)))
         if lease_of:
             asked.append(_range_request(lease_key(lease_of, prefix)))
             if unit:
@@ -96,16 +108,20 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
         if lease_of or leases:
             asked.append(_newest_lease_request(subnets_key(prefix)))
         answers, header = _txn(connection, asked)
-        values = _values(answers[0])
-        lease = listed = public_ip = record = None
+        values = _values(answers.pop(0))
+        lease = listed = public_ip = record = recorded_cidr = None
         count = len(values)
+        if service_cidr:
+            recorded = _values(answers.pop(0))
+            recorded_cidr = recorded[0].decode(errors="replace") if recorded else None
+            count += len(recorded)
         if lease_of:
-            mine = _values(answers[1])
+            mine = _values(answers[0])
             lease = bool(mine)
             public_ip = (json_object(mine[0]) or {}).get("PublicIP") if mine else None
             count += len(mine)
             if unit:
-                named = _values(answers[2])
+                named = _values(answers[1])
                 record = json_object(named[0]) if named and lease else None
                 count += len(named)
         if lease_of or leases:
@@ -113,8 +129,24 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
                                        (answers[-1], header))
             count += keys
         return EtcdView(json_object(values[0]) if values else None, lease, endpoint, listed,
-                        count, public_ip if isinstance(public_ip, str) else None, record)
+                        count, public_ip if isinstance(public_ip, str) else None, record,
+                        recorded_cidr, _v2_network(connection, prefix) if v2 else None)
     return _first_answer(endpoints, ca_file, cert_file, key_file, read, preferred, timeout)
+
+
+def _v2_network(connection: http.client.HTTPSConnection, prefix: str) -> V2Network:
+    """flannel's keys under `prefix` in etcd's v2 API; empty where etcd
+    serves no v2 API (etcd >= 3.4 without --enable-v2) or has nothing there."""
+    from ..facts.v2_network import V2Network, parse_v2_tree
+    connection.request("GET", f"/v2/keys/{prefix.strip('/')}?recursive=true")
+    reply = connection.getresponse()
+    data = reply.read()
+    if reply.status == 404:   # no such key, or no v2 API at all
+        return V2Network(config=None, leases=())
+    if reply.status != 200:
+        raise ValueError(f"etcd's v2 API answered {reply.status} {reply.reason}: "
+                         f"{data[:200].decode(errors='replace')}")
+    return parse_v2_tree(json.loads(data), "/" + prefix.strip("/"))
 
 
 def lease_values(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str,

@@ -132,6 +132,12 @@ def config_key(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix.rstrip('/')}/config"
 
 
+def service_cidr_key(prefix: str = DEFAULT_PREFIX) -> str:
+    """The Kubernetes service-cidr, as the control plane's flannel unit
+    recorded it; flanneld reads no such key."""
+    return f"{prefix.rstrip('/')}/service-cidr"
+
+
 @dataclass(frozen=True)
 class Lease:
     """A subnet lease in etcd's v3 keyspace (flanneld's lease.Lease): the
