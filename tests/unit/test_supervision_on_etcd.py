@@ -277,6 +277,19 @@ def test_the_etcd_relation_moved_to_another_etcd_gets_the_unit_named_there(
                                 "public-ip": "172.31.254.11"}
 
 
+def test_a_unit_removed_takes_its_name_away_and_keeps_its_lease(etcd, pki, flannels_prefix,
+                                                               netns_machine, tmp_path):
+    """The stop hook of a unit removed: list-leases shows its lease (kept
+    its 24 h for a unit added back) held by no unit."""
+    ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
+    ctx.state.etcd_endpoints = etcd.connection_string   # (as serving the network left it)
+    out = Outcome()
+    EtcdSubnets(ctx).leave(out, keep_lease=True)
+    assert named(etcd) is None and out.log == []
+    assert etcd_client(etcd).get(lease_key("10.1.52.0/24")) != []
+    assert ctx.state.registered_lease is None
+
+
 def test_a_name_that_holds_is_not_written_again(etcd, pki, flannels_prefix, netns_machine,
                                                 tmp_path):
     ctx = registered_unit(etcd, pki, netns_machine, tmp_path)

@@ -24,7 +24,7 @@ from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
 from ..facts.etcd_keys import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, Lease,
                                describe_text, json_object, ordered, parse_endpoints,
-                               service_cidr_key, unit_key, unit_record, units_key)
+                               service_cidr_key, units_key)
 from ..facts.netconfig import NetworkConfig, NotANetworkConfig
 from ..facts.v2_network import V2Network, parse_v2_tree
 
@@ -142,22 +142,6 @@ class NetworkStore:
                 found.append((_lease(value, meta), ttl))
             return found
         return self._call(read)
-
-    def register_unit(self, unit: str, lease_name: str) -> bool:
-        """Name `unit` as the holder of the lease "10.1.52.0/24" (dual-stack
-        "...&fd10:1:0:5::/64") with the node address the lease has; False
-        (nothing written) when etcd holds no such lease."""
-        subnet = lease_name.partition("&")[0]
-        held = [lease for lease in self.leases() if lease.subnet == subnet and lease.public_ip]
-        if not held:
-            return False
-        value = json.dumps(unit_record(unit, lease_name, held[0].public_ip), sort_keys=True)
-        self._call(lambda client: client.put(unit_key(unit, self.prefix), value))
-        return True
-
-    def forget_unit(self, unit: str) -> bool:
-        """Take `unit`'s name away; True if it was there."""
-        return bool(self._call(lambda client: client.delete(unit_key(unit, self.prefix))))
 
     def unit_names(self) -> dict[tuple[str, str], str]:
         """(IPv4 subnet, node address) of a lease -> the unit that named

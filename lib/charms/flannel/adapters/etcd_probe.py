@@ -1,4 +1,5 @@
-"""A cheap look at etcd for idle hooks, with the standard library only.
+"""A cheap look at etcd for idle hooks, with the standard library only;
+and the one key a unit writes in its usual hooks, its name beside its lease.
 
 update-status must notice etcd gone away, or come back from a rebuild with
 nothing in it (flanneld does not notice: it keeps its subnet and never
@@ -147,6 +148,26 @@ def _v2_network(connection: http.client.HTTPSConnection, prefix: str) -> V2Netwo
         raise ValueError(f"etcd's v2 API answered {reply.status} {reply.reason}: "
                          f"{data[:200].decode(errors='replace')}")
     return parse_v2_tree(json.loads(data), "/" + prefix.strip("/"))
+
+
+def name_holder(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str,
+                unit: str, record: Optional[dict[str, str]], *,
+                prefix: str = DEFAULT_PREFIX, preferred: Optional[str] = None,
+                timeout: float = 3.0) -> str:
+    """Write `record` (etcd_keys.unit_record) at `unit`'s key, or delete
+    that key when record is None: the one write a unit's look or its stop
+    makes, not worth etcd3gw's import. The endpoint that answered; raises
+    EtcdUnavailable."""
+    key = base64.b64encode(unit_key(unit, prefix).encode()).decode()
+
+    def write(connection: http.client.HTTPSConnection, endpoint: str) -> str:
+        if record is None:
+            _post(connection, "kv/deleterange", {"key": key})
+        else:
+            value = json.dumps(record, sort_keys=True).encode()
+            _post(connection, "kv/put", {"key": key, "value": base64.b64encode(value).decode()})
+        return endpoint
+    return _first_answer(endpoints, ca_file, cert_file, key_file, write, preferred, timeout)
 
 
 def lease_values(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str,

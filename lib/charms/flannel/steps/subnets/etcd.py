@@ -217,9 +217,10 @@ class EtcdSubnets:
         full = out_of_subnets(ctx, view.subnets, holds=own is not None and not lost)
         out.found(Problem.OUT_OF_SUBNETS, full)
         # (a lease of no address names no holder: nothing to write)
-        if own and view.lease and view.lease_public_ip and view.unit_record != unit_record(
-                ctx.juju.unit, own, view.lease_public_ip):
-            self._register(own, etcd.connection_string, out)
+        if own and view.lease and view.lease_public_ip:
+            record = unit_record(ctx.juju.unit, own, view.lease_public_ip)
+            if view.unit_record != record:
+                self._register(own, record, etcd.connection_string, out)
         if ctx.state.v2_network_seen:
             finish_v2_move(ctx, etcd.connection_string, out)
         others = tuple(s for s in view.subnets if s != (own or "").partition("&")[0]) \
@@ -241,21 +242,28 @@ class EtcdSubnets:
                                     "retries a compacted revision without end "
                                     "(flannel-io/flannel#2470, fixed in v0.28.9)")
 
-    def _register(self, lease_name: str, connection_string: str, out: Outcome) -> None:
+    def _register(self, lease_name: str, record: dict, connection_string: str,
+                  out: Outcome) -> None:
         """Name this unit in etcd as the holder of its lease (list-leases and
-        check-network say which unit holds a lease), where the look found no
-        such name as it should be: a new lease, a new address, an etcd
-        rebuilt (whichever unit noticed it first) or another etcd."""
+        check-network say which unit holds a lease), where the look found
+        the lease held at its address and no such name as it should be: a
+        new lease, a new address, an etcd rebuilt (whichever unit noticed it
+        first) or another etcd."""
         ctx = self.ctx
         try:
-            with ctx.etcd_store(connection_string, timeout=3.0) as store:
-                registered = store.register_unit(ctx.juju.unit, lease_name)
+            self._name_holder(parse_endpoints(connection_string), record)
         except EtcdUnavailable as error:
             out.say(f"Could not name this unit beside its lease in etcd: {error.reason}")
             return
-        if registered:
-            out.say(f"Named {ctx.juju.unit} the holder of {lease_name} in etcd")
-            ctx.state.registered_lease = lease_name
+        out.say(f"Named {ctx.juju.unit} the holder of {lease_name} in etcd")
+        ctx.state.registered_lease = lease_name
+
+    def _name_holder(self, endpoints, record: Optional[dict]) -> None:
+        """This unit's name beside its lease written (record), or deleted (None)."""
+        ctx, files = self.ctx, self.ctx.client_files
+        ctx.state.etcd_answered = etcd_probe.name_holder(
+            endpoints, str(files.ca_file), str(files.cert_file), str(files.key_file),
+            ctx.juju.unit, record, preferred=ctx.state.etcd_answered)
 
     def addresses_of(self, subnets: tuple) -> dict:
         ctx = self.ctx
@@ -360,8 +368,7 @@ class EtcdSubnets:
         endpoints = ctx.remembered_etcd
         if not ctx.state.registered_lease or endpoints is None:
             return
-        with ctx.etcd_store(endpoints, timeout=3.0) as store:
-            store.forget_unit(ctx.juju.unit)
+        self._name_holder(parse_endpoints(endpoints), None)
 
 
 # --- the network config in etcd --------------------------------------------------------------
