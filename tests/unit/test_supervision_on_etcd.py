@@ -277,8 +277,8 @@ def test_the_etcd_relation_moved_to_another_etcd_gets_the_unit_named_there(
                                 "public-ip": "172.31.254.11"}
 
 
-def test_a_unit_removed_takes_its_name_away_and_keeps_its_lease(etcd, pki, flannels_prefix,
-                                                               netns_machine, tmp_path):
+def test_a_unit_removed_takes_its_name_away_and_keeps_its_lease(
+        etcd, pki, flannels_prefix, netns_machine, tmp_path):
     """The stop hook of a unit removed: list-leases shows its lease (kept
     its 24 h for a unit added back) held by no unit."""
     ctx = registered_unit(etcd, pki, netns_machine, tmp_path)
