@@ -180,3 +180,40 @@ def test_the_leases_are_listed_without_a_lease_of_this_node_s_and_values_read_wh
     assert view.lease is None and view.subnets == ("10.1.7.0/24",)
     assert lease_values([etcd.endpoint], *creds(pki), ["10.1.7.0/24", "10.1.8.0/24"],
                         prefix=prefix) == {"10.1.7.0/24": {"PublicIP": "192.168.7.3"}}
+
+
+@pytest.fixture
+def not_etcd(pki):
+    """An HTTPS endpoint with etcd's certificate that answers every POST and
+    GET with 200 and a JSON list (a proxy, or another service on the port)."""
+    import http.server
+    import ssl
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def answer(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'["not", "etcd"]'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        do_POST = do_GET = answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_an_endpoint_that_is_not_etcd_is_a_reason_to_wait_not_a_traceback(pki, not_etcd):
+    for asked in ({}, {"lease_of": "10.1.52.0/24", "unit": "flannel/0"}, {"v2": True}):
+        with pytest.raises(EtcdUnavailable) as away:
+            look([not_etcd], *creds(pki), **asked)
+        assert away.value.reason.startswith(f"cannot reach etcd: {not_etcd} (not etcd's answer")

@@ -600,6 +600,46 @@ def test_a_unit_serving_the_network_etcd_holds_writes_nothing_and_needs_no_etcd3
         assert store.read_service_cidr() == "10.152.0.0/16"
 
 
+def test_a_unit_joining_a_network_already_written_still_carries_flannel_v011s_leases(
+        settings, flannels_prefix, netns_machine, etcd, pki, tmp_path):
+    """A node still on flannel v0.11 (v2 keys only) in a cluster whose v3
+    network another unit wrote: the unit's look finds the v2 lease before
+    its flanneld's first start, and carries it, so that the new flanneld
+    leases no subnet a v0.11 node holds."""
+    assert NETWORK_CONFIGURED in network_step.run(
+        hook(tmp_path / "first", netns_machine, etcd, pki)).set_flags
+    lease = json.dumps({"PublicIP": "172.31.254.12", "BackendType": "vxlan",
+                        "BackendData": {"VtepMAC": "5e:c6:6b:91:9e:78"}})
+    with etcd.session() as session:
+        reply = session.put(f"{etcd.endpoint}/v2/keys{DEFAULT_PREFIX}/subnets/10.1.52.0-24",
+                            data={"value": lease, "ttl": "600"}, timeout=5)
+    assert reply.status_code in (200, 201), reply.text
+    joining = hook(tmp_path / "joining", netns_machine, etcd, pki)
+    out = network_step.run(joining)
+    assert NETWORK_CONFIGURED in out.set_flags and joining.state.v2_network_seen is True
+    with NetworkStore(settings, DEFAULT_PREFIX) as store:
+        assert [held.public_ip for held in store.leases()] == ["172.31.254.12"]
+
+
+def test_a_blocked_unit_writes_its_network_back_only_into_an_etcd_that_lost_it(
+        settings, flannels_prefix, netns_machine, etcd, pki, tmp_path):
+    """A unit blocked on an option keeps flanneld on the network it runs:
+    an etcd rebuilt empty gets that network back; one that holds a network
+    (another unit's, maybe newer) is left as it is."""
+    ctx = hook(tmp_path / "unit", netns_machine, etcd, pki, config={"vni": 7})
+    subnets = EtcdSubnets(ctx)
+    refuse_nothing = lambda cluster: None   # noqa: E731
+    assert subnets.serve(network(), Outcome(), replace=True, refusal=refuse_nothing)
+    out = Outcome()
+    assert subnets.serve(network(vni=7), out, replace=False, refusal=refuse_nothing) is False
+    assert etcd_network(settings) == network() and out.log == []
+    etcd_client(etcd).delete(f"{DEFAULT_PREFIX}/config")
+    assert subnets.serve(network(vni=7), out, replace=False, refusal=refuse_nothing)
+    assert etcd_network(settings) == network(vni=7)
+    assert out.log == [("etcd held no flannel network: wrote back 10.1.0.0/16, the one "
+                        "flanneld runs here", True)]
+
+
 def test_a_backend_change_under_a_live_lease_blocks_the_unit_and_keeps_flanneld_as_it_is(
         settings, flannels_prefix, netns_machine, etcd, pki, tmp_path):
     first = hook(tmp_path / "unit", netns_machine, etcd, pki)

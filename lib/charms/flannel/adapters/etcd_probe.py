@@ -6,7 +6,8 @@ nothing in it (flanneld does not notice: it keeps its subnet and never
 writes its lease again), without paying for etcd3gw and requests (a quarter
 of a second to import on every hook). `look` asks etcd's v3 gateway, in one
 request over one TLS connection (a transaction of reads), for the network
-config, this node's lease and the name of its holder.
+config, this node's lease and the name of its holder (and, as a unit
+serves a network, in a second request, flannel v0.11's keys in v2).
 
 Every node looks every five minutes: listing every lease each time would
 grow what etcd returns with nodes x leases. So the look first asks for the
@@ -147,7 +148,10 @@ def _v2_network(connection: http.client.HTTPSConnection, prefix: str) -> V2Netwo
     if reply.status != 200:
         raise ValueError(f"etcd's v2 API answered {reply.status} {reply.reason}: "
                          f"{data[:200].decode(errors='replace')}")
-    return parse_v2_tree(json.loads(data), "/" + prefix.strip("/"))
+    answer = _json_object(data)
+    if not isinstance(answer.get("node") or {}, dict):
+        raise ValueError(f"not etcd's v2 answer: {data[:200].decode(errors='replace')}")
+    return parse_v2_tree(answer, "/" + prefix.strip("/"))
 
 
 def name_holder(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str,
@@ -256,8 +260,11 @@ def _txn(connection: http.client.HTTPSConnection, ranges: list[dict]) -> tuple[l
     and the transaction's header."""
     answer = _post(connection, "kv/txn",
                    {"success": [{"request_range": request} for request in ranges]})
-    return ([reply.get("response_range") or {} for reply in answer.get("responses") or []],
-            answer.get("header") or {})
+    replies = answer.get("responses") or []
+    if not isinstance(replies, list) or len(replies) != len(ranges) \
+            or not all(isinstance(reply, dict) for reply in replies):
+        raise ValueError(f"etcd answered {len(ranges)} reads with: {str(answer)[:200]}")
+    return [reply.get("response_range") or {} for reply in replies], answer.get("header") or {}
 
 
 def _values(answer: dict) -> list[bytes]:
@@ -279,7 +286,16 @@ def _post(connection: http.client.HTTPSConnection, call: str, request: dict) -> 
     if reply.status != 200:
         raise ValueError(f"etcd answered {reply.status} {reply.reason}: "
                          f"{data[:200].decode(errors='replace')}")
-    return json.loads(data)
+    return _json_object(data)
+
+
+def _json_object(data: bytes) -> dict:
+    """A reply's JSON object; ValueError for anything else (an endpoint
+    that is not etcd's gateway)."""
+    answer = json.loads(data)
+    if not isinstance(answer, dict):
+        raise ValueError(f"not etcd's answer: {data[:200].decode(errors='replace')}")
+    return answer
 
 
 def describe(error: BaseException, timeout: float) -> str:
