@@ -12,11 +12,14 @@ figures and ratios (written as JSON too); never asserts a timing:
   deploying for flannel, on a quiet one for the bare charm;
 - update-status: `--runs` interleaved runs of each charm's hook on the same
   machine, median wall and CPU (the hook's process tree, from rusage);
-- the re-add cycle, in phases: remove-relation, add-relation (hooks), until
-  every unit is active, a new pod addressed; the bare charm through the same
-  hook sequence; flanneld's own start-to-lease on a machine;
+- the re-add cycle (three of each charm, interleaved: medians), in phases:
+  remove-relation, add-relation (hooks), until every unit is active, a new
+  pod addressed; the bare charm through the same hook sequence; flanneld's
+  own start-to-lease on a machine;
 - deploys of N machines: etcd + workers + flannel until every unit is
-  active, wall and CPU per unit. The sandbox's Juju runs the hooks of units
+  active, wall and CPU per unit, against two floors: the hooks' CPU, and
+  all the machine's (/proc/stat: flanneld, etcd and the sandbox's Juju
+  too) spread over the cores. The sandbox's Juju runs the hooks of units
   on different machines concurrently, one hook per machine at a time, as
   Juju's machine lock does; `--parallel 1` runs one hook at a time (the
   scheduler before that), for comparison.
@@ -237,14 +240,53 @@ def flanneld_start_to_lease(machine, timeout: float = 30.0) -> float:
     raise RuntimeError("flanneld wrote no subnet.env in {:.0f}s".format(timeout))
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds this whole machine's cores have spent busy since boot
+    (/proc/stat: every state but idle and iowait; guest time is in user)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def running_cpu() -> dict[int, tuple[str, float]]:
+    """Every running process's command name and CPU seconds so far."""
+    found, tick = {}, os.sysconf("SC_CLK_TCK")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                text = stat.read()
+        except OSError:   # (gone meanwhile)
+            continue
+        name, _, rest = text.partition("(")[2].rpartition(")")
+        fields = rest.split()
+        found[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
+def cpu_by_command(before: dict, after: dict, top: int = 6) -> dict[str, float]:
+    """CPU seconds the processes running at the end spent since `before`,
+    summed by command name, the largest first (what ended meanwhile, the
+    hooks, is not here: the children's rusage has it)."""
+    spent: dict[str, float] = {}
+    for pid, (name, cpu) in after.items():
+        was = before.get(pid)   # (a kernel worker renames itself as it works)
+        name = name.split("/", 1)[0]
+        spent[name] = spent.get(name, 0.0) + cpu - (was[1] if was else 0.0)
+    return dict(sorted(spent.items(), key=lambda item: -item[1])[:top])
+
+
 @contextlib.contextmanager
 def timed(into: dict, key: str, machines=()):
     started, cpu = time.monotonic(), _children_cpu(machines)
+    busy = machine_busy_seconds()
     try:
         yield
     finally:
         into[key] = {"wall": time.monotonic() - started,
-                     "cpu": _children_cpu(machines) - cpu}
+                     "cpu": _children_cpu(machines) - cpu,
+                     "machine cpu": machine_busy_seconds() - busy}
 
 
 def wait_active(cluster, app: str, timeout: float = 120.0) -> None:
@@ -318,16 +360,24 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
         say("-- hook tool calls")
         results.put("hook tools", "per call", tool_call_cost(ctl, flannel_unit))
 
-        for app, relation in (("flannel", CNI_RELATION), (BARE, BARE_CNI_RELATION)):
-            say(f"-- the re-add cycle, {app}")
-            mark = {u: len(read_profiles(profiles, u)) for u in ctl.units(app)}
-            results.put("re-add", app, readd_phases(cluster, app, relation, machines,
-                                                    pod=app == "flannel"))
-            # every hook of the cycle: the removed units' and their successors'
-            hooks = [record for unit in sorted(set(ctl.units(app)) | set(mark))
-                     for record in read_profiles(profiles, unit)[mark.get(unit, 0):]
-                     if record["hook"] != "update-status"]
-            results.put("re-add profile", app, summed_profile(hooks))
+        cycles: dict = {"flannel": ([], []), BARE: ([], [])}
+        for cycle in range(READD_CYCLES):   # interleaved: the machine's speed drifts
+            for app, relation in (("flannel", CNI_RELATION), (BARE, BARE_CNI_RELATION)):
+                say(f"-- the re-add cycle, {app} ({cycle + 1} of {READD_CYCLES})")
+                mark = {u: len(read_profiles(profiles, u)) for u in ctl.units(app)}
+                phases, profiled = cycles[app]
+                phases.append(readd_phases(cluster, app, relation, machines,
+                                           pod=app == "flannel"))
+                # every hook of the cycle: the removed units' and their successors'
+                hooks = [record for unit in sorted(set(ctl.units(app)) | set(mark))
+                         for record in read_profiles(profiles, unit)[mark.get(unit, 0):]
+                         if record["hook"] != "update-status"]
+                profiled.append(summed_profile(hooks))
+        for app, (phases, profiled) in cycles.items():
+            results.put("re-add", app, {phase: {key: statistics.median(
+                p[phase][key] for p in phases) for key in phases[0][phase]}
+                for phase in phases[0]})
+            results.put("re-add profile", app, median_of(profiled))
         results.put("re-add", "flanneld start-to-lease", flanneld_start_to_lease(m1))
         wait_active(cluster, "flannel")
 
@@ -335,6 +385,7 @@ def bench_side_by_side(charm: Path, resource: Path, bare: Path, runs: int,
 # --- what each hook spends its time on (charms/flannel/hook_profile.py) ---------------------
 
 PROFILED_RUNS = 5
+READD_CYCLES = 3   # of each charm, interleaved; each figure is their median
 BOOTSTRAP_RUNS = 5
 
 
@@ -411,6 +462,16 @@ def summed_profile(records: list[dict]) -> dict:
     return out
 
 
+def median_of(profiles: list[dict]) -> dict:
+    """Each figure's median over several cycles' summed profiles (a text
+    figure, the last cycle's)."""
+    if not profiles or not profiles[0]:
+        return {}
+    return {key: (statistics.median(p[key] for p in profiles)
+                  if not isinstance(profiles[0][key], str) else profiles[-1][key])
+            for key in profiles[0]}
+
+
 def readd_phases(cluster, app: str, relation: tuple, machines, pod: bool) -> dict:
     """The re-add cycle of `app`'s cni relation, timed by phase; with `pod`,
     until a new pod on m1 has an address."""
@@ -444,12 +505,18 @@ def bench_deploy(charm: Path, resource: Path, machines: int, results: Results,
 
     with Cluster(charm, resource, workers=machines, say=say) as cluster:
         figures: dict = {}
+        running = running_cpu()
         with timed(figures, "deploy", cluster.machines.values()):
             cluster.deploy_flannel()
             wait_active(cluster, "flannel", timeout=300)
+        figures["cpu outside the hooks, by command"] = cpu_by_command(running, running_cpu())
         figures["cpu per unit"] = figures["deploy"]["cpu"] / machines
-        # what the deploy could take at best: all its CPU spread over the cores
+        # what the deploy could take at best: its hooks' CPU spread over the cores
         figures["cpu floor"] = figures["deploy"]["cpu"] / (os.cpu_count() or 1)
+        # and all the machine did meanwhile (flanneld and etcd, whose lease
+        # watch grows with the nodes, the sandbox's Juju): wall above this
+        # floor is time the cores stood idle, something serialising
+        figures["machine cpu floor"] = figures["deploy"]["machine cpu"] / (os.cpu_count() or 1)
         results.put("deploy", str(machines), figures)
 
 
@@ -494,7 +561,8 @@ def report(results: Results) -> str:
         bare_total = sum(v["wall"] for k, v in ra["bare"].items() if k != "remove-relation")
         row("re-add to active + pod (vs bare + lease)", flannel_total, bare_total + lease)
     for section, title in (("update-status profile", "update-status (median)"),
-                           ("re-add profile", "the re-add cycle's hooks (sum)")):
+                           ("re-add profile",
+                            "the re-add cycle's hooks (sum; median of the cycles)")):
         if section not in f or not f[section].get("flannel"):
             continue
         mine, bare = f[section]["flannel"], f[section].get(BARE) or {}
@@ -514,6 +582,13 @@ def report(results: Results) -> str:
         if "cpu floor" in fig:
             row(f"deploy {n} machine(s): wall vs CPU floor", fig["deploy"]["wall"],
                 fig["cpu floor"])
+        if "machine cpu floor" in fig:
+            row(f"deploy {n} machine(s): wall vs whole-machine floor", fig["deploy"]["wall"],
+                fig["machine cpu floor"])
+        if fig.get("cpu outside the hooks, by command"):
+            spent = fig["cpu outside the hooks, by command"]
+            lines.append(f"  deploy {n}: CPU outside the hooks: " + ", ".join(
+                f"{name} {cpu:.1f}s" for name, cpu in spent.items()))
     return "\n".join(lines)
 
 
