@@ -23,10 +23,10 @@ import requests
 from etcd3gw.exceptions import ConnectionTimeoutError, Etcd3Exception
 
 from ..facts.etcd_keys import (DEFAULT_ETCD_PORT, DEFAULT_PREFIX, EtcdUnavailable, Lease,
-                               describe_text, json_object, ordered, parse_endpoints,
-                               service_cidr_key, units_key)
+                               config_key, describe_text, json_object, ordered,
+                               parse_endpoints, service_cidr_key, subnets_key, units_key)
 from ..facts.netconfig import NetworkConfig, NotANetworkConfig
-from ..facts.v2_network import V2Network, parse_v2_tree
+from ..facts.v2_network import V2Network
 
 T = TypeVar("T")
 
@@ -86,11 +86,11 @@ class NetworkStore:
 
     @property
     def config_key(self) -> str:
-        return f"{self.prefix}/config"
+        return config_key(self.prefix)
 
     @property
     def subnets_prefix(self) -> str:
-        return f"{self.prefix}/subnets/"
+        return subnets_key(self.prefix)
 
     @property
     def service_cidr_key(self) -> str:
@@ -199,15 +199,11 @@ class NetworkStore:
     def v2_network(self) -> V2Network:
         """flannel's keys under the prefix in etcd's v2 API (config and
         leases); empty where etcd serves no v2 API or has nothing there."""
-        def read(endpoint: str) -> V2Network:
-            reply = self.session.get(f"{endpoint}/v2/keys{self.prefix}",
-                                     params={"recursive": "true"},
-                                     timeout=self.settings.timeout)
-            if reply.status_code == 404:   # no such key, or no v2 API at all
-                return V2Network(config=None, leases=())
-            reply.raise_for_status()
-            return parse_v2_tree(reply.json(), self.prefix)
-        return self._call_endpoints(read)
+        from . import etcd_probe
+        settings = self.settings
+        return etcd_probe.v2_network(settings.endpoints, settings.ca_file, settings.cert_file,
+                                     settings.key_file, prefix=self.prefix,
+                                     preferred=self._preferred, timeout=settings.timeout)
 
     def forget_v2_network(self) -> bool:
         """Delete flannel's v2 keys (the prefix, recursively); True if there

@@ -136,6 +136,16 @@ def look(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, 
     return _first_answer(endpoints, ca_file, cert_file, key_file, read, preferred, timeout)
 
 
+def v2_network(endpoints: Iterable[str], ca_file: str, cert_file: str, key_file: str, *,
+               prefix: str = DEFAULT_PREFIX, preferred: Optional[str] = None,
+               timeout: float = 3.0) -> V2Network:
+    """flannel's keys under `prefix` in etcd's v2 API (config and leases),
+    from the first endpoint that answers. Raises EtcdUnavailable."""
+    return _first_answer(endpoints, ca_file, cert_file, key_file,
+                         lambda connection, _: _v2_network(connection, prefix), preferred,
+                         timeout)
+
+
 def _v2_network(connection: http.client.HTTPSConnection, prefix: str) -> V2Network:
     """flannel's keys under `prefix` in etcd's v2 API; empty where etcd
     serves no v2 API (etcd >= 3.4 without --enable-v2) or has nothing there."""

@@ -28,8 +28,8 @@ What this charm does:
   keys (config and leases). A node that never moves keeps them until its
   v2 lease runs out.
 
-The HTTP side (v2 reads and deletes, v3 writes) is adapters/etcd.py's
-(adapters/etcd_probe.py's look finds the v2 keys as a unit serves),
+The HTTP side is adapters/etcd_probe.py's (v2 reads) and adapters/etcd.py's
+(v2 deletes, v3 writes),
 the sequence steps/subnets/etcd.py's (_carry_v2_leases, finish_v2_move);
 this module decides.
 """
