@@ -31,3 +31,46 @@ def test_a_command_line_run_twice_in_one_hook_is_named_with_its_count(tmp_path):
                 (tmp_path / "flannel-0.jsonl").read_text().splitlines()]
     assert record["commands"] == {"true": 2, "echo": 2}
     assert record["repeated"] == {"true is-active flannel": 2}
+
+
+# A "hook" that makes no request, then (with an argument) one HTTP request to a
+# server of its own; it says at its end whether ssl and http.client were loaded.
+REQUESTING_HOOK = textwrap.dedent("""
+    import sys, threading
+    sys.path.insert(0, sys.argv[1])
+    from charms.flannel.hook_profile import profiled
+
+    def hook():
+        if len(sys.argv) > 3:
+            import http.client, http.server
+            server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+            threading.Thread(target=server.handle_request, daemon=True).start()
+            connection = http.client.HTTPConnection("127.0.0.1", server.server_port)
+            connection.request("GET", "/")
+            connection.getresponse().read()
+            print(server.server_port)
+        print(",".join(name for name in ("http.client", "ssl") if name in sys.modules) or "-")
+
+    profiled(hook, sys.argv[2])
+""")
+
+
+def _profiled(tmp_path, *args) -> tuple[list[str], dict]:
+    ran = subprocess.run([sys.executable, "-c", REQUESTING_HOOK, str(LIB), str(tmp_path), *args],
+                         check=True, capture_output=True, text=True,
+                         env={"JUJU_UNIT_NAME": "flannel/0", "PATH": "/usr/bin:/bin"})
+    record = json.loads((tmp_path / "flannel-0.jsonl").read_text().splitlines()[-1])
+    return ran.stdout.split(), record
+
+
+def test_the_profile_loads_no_http_client_or_ssl_of_its_own(tmp_path):
+    # the benchmark's bare charm would otherwise pay for what only flannel imports
+    [loaded], record = _profiled(tmp_path)
+    assert loaded == "-"
+    assert record["http"] == {} and record["tls"] == 0
+
+
+def test_a_request_of_a_hook_that_imports_http_client_is_counted(tmp_path):
+    [port, loaded], record = _profiled(tmp_path, "request")
+    assert "http.client" in loaded.split(",")
+    assert record["http"] == {f"127.0.0.1:{port}": 1}
