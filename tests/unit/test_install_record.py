@@ -646,3 +646,39 @@ def test_a_sole_path_edited_after_the_last_hook_still_goes_on_stop(record, tmp_p
     assert report.changed_removed == [conflist] and report.restored == []
     assert not (record.directory / "originals").exists() or not any(
         (record.directory / "originals").rglob("*.conflist"))
+
+
+# flanneld is 54 MB: the record keeps what identifies it once written, so that
+# stop need not read it again; nothing but the untouched file passes for it
+LARGE = 2 << 20
+
+
+def test_a_large_file_untouched_since_is_removed(record, bin_dir):
+    target = bin_dir / "flanneld"
+    record.install(target, b"f" * LARGE, 0o755)
+    record.install(target, b"f" * LARGE, 0o700)   # a mode change alone: a new ctime
+    assert record.remove_all().removed == [target]
+    assert not target.exists()
+
+
+def test_a_large_file_rewritten_in_place_with_its_size_and_times_is_left_alone(
+        record, bin_dir):
+    target = bin_dir / "flanneld"
+    record.install(target, b"f" * LARGE, 0o755)
+    before = os.stat(target)
+    with open(target, "r+b") as handle:   # someone's build, written over ours
+        handle.write(b"g")
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    report = record.remove_all()
+    assert report.left_changed == [target]
+    assert target.read_bytes()[:2] == b"gf"
+
+
+def test_a_large_file_copied_back_unchanged_is_still_the_charms(record, bin_dir, tmp_path):
+    target = bin_dir / "flanneld"
+    record.install(target, b"f" * LARGE, 0o755)
+    copy = tmp_path / "copy"
+    copy.write_bytes(target.read_bytes())
+    os.replace(copy, target)   # another inode, the same content
+    assert record.holds(target)
+    assert record.remove_all().removed == [target]

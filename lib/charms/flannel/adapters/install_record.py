@@ -3,7 +3,8 @@
 This is the fix for LP #1866869: on stop the charm removes exactly what it
 installed, and nothing else.
 
-- A path the charm wrote is recorded with the sha256 and mode it wrote.
+- A path the charm wrote is recorded with the sha256 and mode it wrote (and,
+  for a large file, its identity once written: see `_identity`).
 - If something already stood at a path the first time the charm wrote it, a
   copy is kept under originals/ and put back, byte for byte, with its mode
   and owner, on remove_all().
@@ -43,6 +44,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 RECORD_FILE = "record.json"
+# A file at least this large (flanneld: 54 MB) also has its identity recorded
+# once written, so that the stop hook need not read it again to know it
+IDENTIFIED_SIZE = 1 << 20
 ORIGINALS_DIR = "originals"
 DEFAULT_DIR_MODE = 0o755
 
@@ -103,6 +107,30 @@ def _sha256_file(path: Path) -> str | None:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _identity(path: Path) -> list[int] | None:
+    """What changes with any write to a regular file, or its replacement:
+    device, inode, size, and its mtime and ctime (which no one can set
+    back: the kernel stamps it at every change of the inode). None for
+    anything else."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _content_hash(path: Path, entry: dict[str, Any] | None) -> str | None:
+    """_sha256_file(path), without reading a file whose identity is still
+    the one the charm recorded as it wrote it (its content is then what the
+    charm wrote)."""
+    written = entry.get("written") if entry else None
+    if written is not None and _identity(path) == written:
+        return entry["sha256"]
+    return _sha256_file(path)
 
 
 def _temp_path(path: Path) -> Path:
@@ -168,10 +196,10 @@ class InstallRecord:
         self.ensure_directory(path.parent, DEFAULT_DIR_MODE)
         if path.is_dir() and not path.is_symlink():
             raise IsADirectoryError(f"{path} is a directory; refusing to replace it")
-        current = _sha256_file(path)
-        wanted = sha256_bytes(data)
         key = str(path)
         entry = self._files.get(key)
+        current = _content_hash(path, entry)
+        wanted = sha256_bytes(data)
         if entry is None:
             entry = {"original": None if sole else self._keep_original(path)}
             self._files[key] = entry
@@ -188,6 +216,8 @@ class InstallRecord:
             if stat.S_IMODE(path.stat().st_mode) != mode:
                 os.chmod(path, mode)
                 entry["mode"] = mode
+                if entry.get("written"):   # (a chmod stamps a new ctime)
+                    entry["written"] = _identity(path)
                 self._save()
             return False
         if entry.get("sha256") != wanted:
@@ -195,8 +225,12 @@ class InstallRecord:
             # lands: a hook killed in between finds it still on disk.
             entry["previous"] = entry.get("sha256")
         entry.update(sha256=wanted, mode=mode)
+        entry.pop("written", None)
         self._save()
         _write_atomically(path, data, mode)
+        if len(data) >= IDENTIFIED_SIZE:
+            entry["written"] = _identity(path)
+            self._save()
         return current != wanted
 
     def adopt(self, path: Path | str, mode: int | None = None) -> bool:
@@ -269,7 +303,8 @@ class InstallRecord:
         check: it reads the file). False if gone, changed or never recorded."""
         recorded = self.checksum(path)
         try:
-            return recorded is not None and _sha256_file(_absolute(path)) == recorded
+            return recorded is not None and _content_hash(
+                _absolute(path), self._files.get(str(_absolute(path)))) == recorded
         except OSError:
             return False
 
@@ -331,7 +366,7 @@ class InstallRecord:
             report.gone.append(path)
             return
         ours = {entry.get("sha256"), entry.get("previous")} - {None}
-        if _sha256_file(path) not in ours:  # None (no regular file) never is
+        if _content_hash(path, entry) not in ours:  # None (no regular file) never is
             if entry.get("sole") and not path.is_dir():
                 path.unlink()
                 report.changed_removed.append(path)
