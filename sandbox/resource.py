@@ -25,7 +25,8 @@ API::
 
 Command line::
 
-    python -m sandbox.resource [--cnitool] [--crictl] [--host-tools] [--e2e] [--cached-only]
+    python -m sandbox.resource [--cnitool] [--crictl] [--host-tools] [--test-tools] [--e2e]
+        [--cached-only]
 """
 
 from __future__ import annotations
@@ -161,8 +162,12 @@ def crictl_path(progress=None) -> Path:
     return binary_path("crictl", host_arch(), progress)
 
 
-HOST_TOOLS = ("flanneld", "flanneld-previous", "containerd-2", "crictl", "flanneld-v0.11.0",
-              "containerd-shim-runc-v2-2", "actionlint", "flannel", "cnitool")  # longest first
+# What scripts/demo runs beside Kubernetes (flanneld v0.11.0: its negative
+# control, charm-flannel's own resource), longest first; then what only the
+# tests run, built after them at the lowest priority (scripts/setup-host)
+HOST_TOOLS = ("flanneld", "containerd-2", "crictl", "flanneld-v0.11.0",
+              "containerd-shim-runc-v2-2", "flannel", "cnitool")
+TEST_TOOLS = ("flanneld-previous", "actionlint")
 
 
 def kubernetes_paths(progress=None) -> dict[str, Path]:
@@ -204,31 +209,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-tools", action="store_true",
                         help="build what the sandbox runs on this host (flanneld, the flannel "
                              "plugin, cnitool, crictl, ...), as many at once as there are cores")
+    parser.add_argument("--test-tools", action="store_true",
+                        help="build what only the tests run (the previous flanneld, "
+                             "actionlint), one after another")
     parser.add_argument("--e2e", action="store_true",
                         help="build Kubernetes' e2e network tests, agnhost and CoreDNS "
                              "(python -m sandbox conformance)")
     parser.add_argument("--cached-only", action="store_true",
-                        help="with --host-tools or --e2e: build nothing, exit 1 unless all "
-                             "are cached")
+                        help="with --host-tools, --test-tools or --e2e: build nothing, "
+                             "exit 1 unless all are cached")
     args = parser.parse_args(argv)
     progress = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     start = time.monotonic()
-    if args.cached_only and not (args.host_tools or args.e2e):
-        parser.error("--cached-only checks --host-tools or --e2e")
+    if args.cached_only and not (args.host_tools or args.test_tools or args.e2e):
+        parser.error("--cached-only checks --host-tools, --test-tools or --e2e")
     if args.cached_only:
         every = ((HOST_TOOLS + KUBERNETES_COMPONENTS if args.host_tools else ())
+                 + (TEST_TOOLS if args.test_tools else ())
                  + (E2E_BINARIES if args.e2e else ()))
         return 0 if all(cached(BINARIES[n], host_arch()) for n in every) else 1
     if args.host_tools:
         return build_host_tools(progress, start)
-    if args.e2e:
-        try:
-            e2e_paths(progress)
-        except BuildFailed as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        progress(f"e2e binaries done in {time.monotonic() - start:.1f}s")
-        return 0
+    for wanted, names, what in ((args.test_tools, TEST_TOOLS, "test tools"),
+                                (args.e2e, E2E_BINARIES, "e2e binaries")):
+        if wanted:
+            try:
+                for name in names:
+                    binary_path(name, host_arch(), progress)
+            except BuildFailed as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            progress(f"{what} done in {time.monotonic() - start:.1f}s")
+            return 0
     try:
         for wanted, path in ((args.cnitool, cnitool_path), (args.crictl, crictl_path)):
             if wanted:
