@@ -65,8 +65,10 @@ class Tally:
                 tally._depth -= 1
                 if not tally._depth:
                     tally.imports += time.perf_counter() - started
-                if name in watched and name in sys.modules:
-                    watched.pop(name)(sys.modules[name])
+                module = sys.modules.get(name)
+                if name in watched and module is not None and not getattr(
+                        getattr(module, "__spec__", None), "_initializing", False):
+                    watched.pop(name, lambda module: None)(module)
         bootstrap._find_and_load = timed_import
         for name in list(watched):   # (already imported: by the bootstrap, say)
             if name in sys.modules:

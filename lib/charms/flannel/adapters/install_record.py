@@ -110,10 +110,12 @@ def _sha256_file(path: Path) -> str | None:
 
 
 def _identity(path: Path) -> list[int] | None:
-    """What changes with any write to a regular file, or its replacement:
+    """What changes with a write to a regular file, or its replacement:
     device, inode, size, and its mtime and ctime (which no one can set
-    back: the kernel stamps it at every change of the inode). None for
-    anything else."""
+    back: the kernel stamps it at every change of the inode, from a clock
+    that before Linux 6.13 moves once a tick, so a write in the tick of the
+    charm's own goes unseen: `install` trusts it only once the record is
+    saved in a later tick, as git does its index). None for anything else."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -216,9 +218,10 @@ class InstallRecord:
             if stat.S_IMODE(path.stat().st_mode) != mode:
                 os.chmod(path, mode)
                 entry["mode"] = mode
-                if entry.get("written"):   # (a chmod stamps a new ctime)
-                    entry["written"] = _identity(path)
-                self._save()
+                if entry.pop("written", None):   # (a chmod stamps a new ctime)
+                    self._identify(entry, path)
+                else:
+                    self._save()
             return False
         if entry.get("sha256") != wanted:
             # What the charm wrote before stays its own until the new write
@@ -229,8 +232,7 @@ class InstallRecord:
         self._save()
         _write_atomically(path, data, mode)
         if len(data) >= IDENTIFIED_SIZE:
-            entry["written"] = _identity(path)
-            self._save()
+            self._identify(entry, path)
         return current != wanted
 
     def adopt(self, path: Path | str, mode: int | None = None) -> bool:
@@ -299,8 +301,9 @@ class InstallRecord:
         return entry.get("sha256") if entry else None
 
     def holds(self, path: Path | str) -> bool:
-        """Whether path holds what the charm last wrote there (a small file's
-        check: it reads the file). False if gone, changed or never recorded."""
+        """Whether path holds what the charm last wrote there (it reads the
+        file, unless its identity is still the one recorded as the charm
+        wrote it). False if gone, changed or never recorded."""
         recorded = self.checksum(path)
         try:
             return recorded is not None and _content_hash(
@@ -388,6 +391,20 @@ class InstallRecord:
             data = (self._originals / path.relative_to("/")).read_bytes()
             _write_atomically(path, data, original["mode"], owner=original.get("owner"))
             report.restored.append(path)
+
+    def _identify(self, entry: dict[str, Any], path: Path) -> None:
+        """Record the identity of the file the charm just wrote at path (its
+        content: entry's sha256), unless the record cannot be saved in a
+        later tick of the file system's clock than the file's last change
+        (then a write in that same tick would keep its times: _identity)."""
+        identity = _identity(path)
+        if identity is None:
+            return
+        entry["written"] = identity
+        self._save()
+        if self._record_file.stat().st_mtime_ns <= max(identity[3], identity[4]):
+            del entry["written"]   # (hashed instead, as before)
+            self._save()
 
     def _keep_original(self, path: Path) -> dict[str, Any] | None:
         """Copy what stands at path before the charm first writes it."""
