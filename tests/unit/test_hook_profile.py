@@ -6,6 +6,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 LIB = Path(__file__).resolve().parents[2] / "lib"
 
 # A "hook" asking systemd the same question twice and ip two different ones;
@@ -33,21 +35,27 @@ def test_a_command_line_run_twice_in_one_hook_is_named_with_its_count(tmp_path):
     assert record["repeated"] == {"true is-active flannel": 2}
 
 
-# A "hook" that makes no request, then (with an argument) one HTTP request to a
-# server of its own; it says at its end whether ssl and http.client were loaded.
+# A "hook" that makes no request; or ("request") one HTTP request to a server of
+# its own and one TLS socket, with ("early") http.client and ssl imported
+# before the profile starts. It says at its end whether those were loaded.
 REQUESTING_HOOK = textwrap.dedent("""
     import sys, threading
+    if "early" in sys.argv:
+        import http.client, ssl
     sys.path.insert(0, sys.argv[1])
     from charms.flannel.hook_profile import profiled
 
     def hook():
-        if len(sys.argv) > 3:
-            import http.client, http.server
+        if "request" in sys.argv:
+            import http.client, http.server, socket, ssl
             server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
             threading.Thread(target=server.handle_request, daemon=True).start()
             connection = http.client.HTTPConnection("127.0.0.1", server.server_port)
             connection.request("GET", "/")
             connection.getresponse().read()
+            with ssl.create_default_context().wrap_socket(
+                    socket.socket(), server_hostname="localhost", do_handshake_on_connect=False):
+                pass
             print(server.server_port)
         print(",".join(name for name in ("http.client", "ssl") if name in sys.modules) or "-")
 
@@ -70,7 +78,8 @@ def test_the_profile_loads_no_http_client_or_ssl_of_its_own(tmp_path):
     assert record["http"] == {} and record["tls"] == 0
 
 
-def test_a_request_of_a_hook_that_imports_http_client_is_counted(tmp_path):
-    [port, loaded], record = _profiled(tmp_path, "request")
-    assert "http.client" in loaded.split(",")
+@pytest.mark.parametrize("imported", ["in the hook", "early"])
+def test_the_requests_and_tls_sockets_of_a_hook_are_counted(tmp_path, imported):
+    [port, _], record = _profiled(tmp_path, "request", imported)
     assert record["http"] == {f"127.0.0.1:{port}": 1}
+    assert record["tls"] == 1
