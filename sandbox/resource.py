@@ -230,17 +230,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if all(cached(BINARIES[n], host_arch()) for n in every) else 1
     if args.host_tools:
         return build_host_tools(progress, start)
+    failed = 0
     for wanted, names, what in ((args.test_tools, TEST_TOOLS, "test tools"),
                                 (args.e2e, E2E_BINARIES, "e2e binaries")):
         if wanted:
             try:
                 for name in names:
                     binary_path(name, host_arch(), progress)
+                progress(f"{what} done in {time.monotonic() - start:.1f}s")
             except BuildFailed as e:
                 print(f"error: {e}", file=sys.stderr)
-                return 1
-            progress(f"{what} done in {time.monotonic() - start:.1f}s")
-            return 0
+                failed = 1
+    if args.test_tools or args.e2e:
+        return failed
     try:
         for wanted, path in ((args.cnitool, cnitool_path), (args.crictl, crictl_path)):
             if wanted:
