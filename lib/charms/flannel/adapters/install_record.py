@@ -39,6 +39,7 @@ import json
 import os
 import shutil
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -47,6 +48,9 @@ RECORD_FILE = "record.json"
 # A file at least this large (flanneld: 54 MB) also has its identity recorded
 # once written, so that the stop hook need not read it again to know it
 IDENTIFIED_SIZE = 1 << 20
+# How long, at most, recording that identity waits for the file system's
+# clock to tick past the write (`_clock_past`)
+TICK_WAIT = 0.05
 ORIGINALS_DIR = "originals"
 DEFAULT_DIR_MODE = 0o755
 
@@ -112,10 +116,11 @@ def _sha256_file(path: Path) -> str | None:
 def _identity(path: Path) -> list[int] | None:
     """What changes with a write to a regular file, or its replacement:
     device, inode, size, and its mtime and ctime (which no one can set
-    back: the kernel stamps it at every change of the inode, from a clock
-    that before Linux 6.13 moves once a tick, so a write in the tick of the
-    charm's own goes unseen: `install` trusts it only once the record is
-    saved in a later tick, as git does its index). None for anything else."""
+    back: the kernel stamps it at every change of the inode). The stamps
+    come from a clock that moves once a tick (1-10 ms; a second on some file
+    systems): a write in the tick of the charm's own would keep them, so
+    `_identify` waits for the next tick before it records them. None for
+    anything else."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -123,6 +128,26 @@ def _identity(path: Path) -> list[int] | None:
     if not stat.S_ISREG(info.st_mode):
         return None
     return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _clock_past(path: Path, stamp_ns: int) -> bool:
+    """Whether path's file system stamps a later time than stamp_ns: its
+    clock's tick has passed. Tried with path's own temp file (the one a
+    write of path uses, which removal deletes), for at most TICK_WAIT
+    seconds: a tick, not anything else, is waited for."""
+    temp, deadline = _temp_path(path), time.monotonic() + TICK_WAIT
+    try:
+        while True:
+            _drop_temp(path)
+            os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600))
+            if os.stat(temp).st_mtime_ns > stamp_ns:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+    finally:
+        _drop_temp(path)
 
 
 def _content_hash(path: Path, entry: dict[str, Any] | None) -> str | None:
@@ -394,17 +419,14 @@ class InstallRecord:
 
     def _identify(self, entry: dict[str, Any], path: Path) -> None:
         """Record the identity of the file the charm just wrote at path (its
-        content: entry's sha256), unless the record cannot be saved in a
-        later tick of the file system's clock than the file's last change
-        (then a write in that same tick would keep its times: _identity)."""
+        content: entry's sha256) once the file system's clock has moved past
+        the tick of that write; within TICK_WAIT, or not at (the file is then
+        hashed when it must be known). Saves the record."""
         identity = _identity(path)
-        if identity is None:
-            return
-        entry["written"] = identity
+        if identity is not None and _clock_past(path, max(identity[3], identity[4])) \
+                and _identity(path) == identity:
+            entry["written"] = identity
         self._save()
-        if self._record_file.stat().st_mtime_ns <= max(identity[3], identity[4]):
-            del entry["written"]   # (hashed instead, as before)
-            self._save()
 
     def _keep_original(self, path: Path) -> dict[str, Any] | None:
         """Copy what stands at path before the charm first writes it."""
