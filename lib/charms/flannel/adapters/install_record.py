@@ -33,6 +33,7 @@ Layout of the record directory (0700; originals may hold keys):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -115,7 +116,7 @@ def _sha256_file(path: Path) -> str | None:
 
 def _identity(path: Path) -> list[int] | None:
     """What changes with a write to a regular file, or its replacement:
-    device, inode, size, and its mtime and ctime (which no one can set
+    device, inode, size, and its mtime and ctime (ctime no one can set
     back: the kernel stamps it at every change of the inode). The stamps
     come from a clock that moves once a tick (1-10 ms; a second on some file
     systems): a write in the tick of the charm's own would keep them, so
@@ -130,24 +131,36 @@ def _identity(path: Path) -> list[int] | None:
     return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
 
 
+def _written_as(info: os.stat_result) -> list[int]:
+    """The start of _identity() for a file as its writer left it."""
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns]
+
+
 def _clock_past(path: Path, stamp_ns: int) -> bool:
     """Whether path's file system stamps a later time than stamp_ns: its
     clock's tick has passed. Tried with path's own temp file (the one a
     write of path uses, which removal deletes), for at most TICK_WAIT
-    seconds: a tick, not anything else, is waited for."""
+    seconds: a tick, not anything else, is waited for. False, too, if the
+    temp file cannot be made (the identity is then not recorded)."""
     temp, deadline = _temp_path(path), time.monotonic() + TICK_WAIT
     try:
         while True:
             _drop_temp(path)
-            os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o600))
-            if os.stat(temp).st_mtime_ns > stamp_ns:
-                return True
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            try:
+                if os.fstat(fd).st_mtime_ns > stamp_ns:
+                    return True
+            finally:
+                os.close(fd)
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.001)
+    except OSError:
+        return False
     finally:
-        _drop_temp(path)
+        with contextlib.suppress(OSError):
+            _drop_temp(path)
 
 
 def _content_hash(path: Path, entry: dict[str, Any] | None) -> str | None:
@@ -174,10 +187,11 @@ def _drop_temp(path: Path) -> None:
         pass
 
 
-def _write_atomically(path: Path, data: bytes, mode: int, owner=None) -> None:
+def _write_atomically(path: Path, data: bytes, mode: int, owner=None) -> os.stat_result:
     """Write a temp file beside path, set its mode (and owner: [uid, gid]),
     fsync, rename over path: readers see the old file or the new one, never
-    a partial one."""
+    a partial one. The file's stat as written (the rename changes its
+    ctime alone)."""
     temp = _temp_path(path)
     _drop_temp(path)  # what a killed write left
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -190,7 +204,9 @@ def _write_atomically(path: Path, data: bytes, mode: int, owner=None) -> None:
                 os.fchown(handle.fileno(), *owner)
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
+            written = os.fstat(handle.fileno())
         os.replace(temp, path)
+        return written
     except BaseException:
         try:
             os.unlink(temp)
@@ -241,10 +257,11 @@ class InstallRecord:
             entry["original"] = self._keep_original(path)
         if current == wanted and entry.get("sha256") == wanted:
             if stat.S_IMODE(path.stat().st_mode) != mode:
+                written = entry.pop("written", None)   # (a chmod stamps a new ctime)
                 os.chmod(path, mode)
                 entry["mode"] = mode
-                if entry.pop("written", None):   # (a chmod stamps a new ctime)
-                    self._identify(entry, path)
+                if written:   # (the file the charm wrote, still unless replaced meanwhile)
+                    self._identify(entry, path, written[:4])
                 else:
                     self._save()
             return False
@@ -255,9 +272,9 @@ class InstallRecord:
         entry.update(sha256=wanted, mode=mode)
         entry.pop("written", None)
         self._save()
-        _write_atomically(path, data, mode)
+        written = _write_atomically(path, data, mode)
         if len(data) >= IDENTIFIED_SIZE:
-            self._identify(entry, path)
+            self._identify(entry, path, _written_as(written))
         return current != wanted
 
     def adopt(self, path: Path | str, mode: int | None = None) -> bool:
@@ -417,13 +434,15 @@ class InstallRecord:
             _write_atomically(path, data, original["mode"], owner=original.get("owner"))
             report.restored.append(path)
 
-    def _identify(self, entry: dict[str, Any], path: Path) -> None:
+    def _identify(self, entry: dict[str, Any], path: Path, written: list[int]) -> None:
         """Record the identity of the file the charm just wrote at path (its
-        content: entry's sha256) once the file system's clock has moved past
-        the tick of that write; within TICK_WAIT, or not at (the file is then
-        hashed when it must be known). Saves the record."""
+        content: entry's sha256; `written`: its device, inode, size and
+        mtime as the charm left it) once the file system's clock has moved
+        past the tick of that write; within TICK_WAIT, or not at all (the
+        file is then hashed when it must be known). Saves the record."""
         identity = _identity(path)
-        if identity is not None and _clock_past(path, max(identity[3], identity[4])) \
+        if identity is not None and identity[:4] == written \
+                and _clock_past(path, max(identity[3], identity[4])) \
                 and _identity(path) == identity:
             entry["written"] = identity
         self._save()
