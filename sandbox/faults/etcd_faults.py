@@ -414,6 +414,27 @@ def old_key_problems(bench: FaultBench, machines, old_key: str) -> list[str]:
     return out
 
 
+# flanneld restarted by a unit's last hook writes subnet.env once it holds its
+# lease again: moments later (0.3 s on a quiet machine), after the unit shows
+# active on the subnet.env it had
+LEASE_WAIT = 30.0
+
+
+def written_since(path: str, since: float) -> bool:
+    """Whether the file at path is written at or after `since` (time.time())
+    within LEASE_WAIT seconds."""
+    deadline = time.monotonic() + LEASE_WAIT
+    while True:
+        try:
+            if os.stat(path).st_mtime >= since:
+                return True
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
 class _Problems(list):
     recovery: float = 0.0
 
@@ -447,8 +468,8 @@ def _replace_pki(bench: FaultBench, name: str, etcd, pki, before, pids) -> _Prob
                 problems.append(f"{m}: {path} has mode {oct(mode)}, not 0600")
         if bench.cluster.flanneld_pids(m) == pids[m]:
             problems.append(f"{m}: flanneld was not restarted with the new credentials")
-        if os.stat(machine.path_on_host(SUBNET_ENV)).st_mtime < published:
-            problems.append(f"{m}: flanneld wrote no subnet.env since the new PKI: it did not "
-                            "get its lease from etcd")
+        if not written_since(machine.path_on_host(SUBNET_ENV), published):
+            problems.append(f"{m}: flanneld wrote no subnet.env within {LEASE_WAIT:.0f}s of the "
+                            "new PKI: it did not get its lease from etcd")
     problems += leases_kept(before, bench, "after the PKI change")
     return problems
