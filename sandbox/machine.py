@@ -82,13 +82,13 @@ import select
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from . import systemctl, ubuntu
 from .forwarding import build_client
 from .network import (NETNS_DIR, TestNetwork, _ns_id, delete_netns, kill_pids,
                       list_netns, pids_in_namespaces, run, state_root)
+from .waiting import wait_for
 
 # The trees made private (overlayfs) in every machine.
 OVERLAY_ROOTS = ("/etc", "/opt", "/run", "/var/lib", "/var/log", "/usr/local",
@@ -691,11 +691,7 @@ class Machine:
         return [link["ifname"] for link in self.ip_json("link", "show")]
 
     def wait_for_file(self, path: str, timeout: float = 30.0, interval: float = 0.2) -> bytes:
-        deadline = time.monotonic() + timeout
-        while True:
-            data = self.read_file(path)
-            if data:
-                return data
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name}: {path} did not appear within {timeout}s")
-            time.sleep(interval)
+        data = wait_for(lambda: self.read_file(path), timeout, interval)
+        if not data:
+            raise TimeoutError(f"{self.name}: {path} did not appear within {timeout}s")
+        return data

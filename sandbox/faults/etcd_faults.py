@@ -22,6 +22,7 @@ from sandbox.etcd import EtcdCluster
 from sandbox.faults.core import FaultBench, Outcome, row
 from sandbox.network import run as run_command
 from sandbox.pki import make_pki
+from sandbox.waiting import wait_for
 
 # A hook that took longer than this during a fault waited for etcd (hooks must
 # not wait; the charm's own etcd timeout is 5 s per endpoint): SLOW_HOOK, or
@@ -423,16 +424,12 @@ LEASE_WAIT = 30.0
 def written_since(path: str, since: float) -> bool:
     """Whether the file at path is written at or after `since` (time.time())
     within LEASE_WAIT seconds."""
-    deadline = time.monotonic() + LEASE_WAIT
-    while True:
+    def written() -> bool:
         try:
-            if os.stat(path).st_mtime >= since:
-                return True
+            return os.stat(path).st_mtime >= since
         except FileNotFoundError:
-            pass
-        if time.monotonic() > deadline:
             return False
-        time.sleep(0.2)
+    return bool(wait_for(written, LEASE_WAIT))
 
 
 class _Problems(list):

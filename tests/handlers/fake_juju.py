@@ -120,7 +120,8 @@ class FakeJuju:
         self.logs.append((level, args[-1]))
 
     def _network_get(self, args):
-        return yaml.safe_dump({"bind-addresses": self.bind_addresses})
+        shown = {"bind-addresses": self.bind_addresses}
+        return json.dumps(shown) if "json" in args else yaml.safe_dump(shown)
 
     def _resource_get(self, args):
         path = self.resources.get(args[0])
@@ -145,15 +146,17 @@ class FakeJuju:
 
 
 class ToolRunner:
-    """What charmhelpers' hookenv sees as its `subprocess` module: hook
-    tools go to the FakeJuju, anything else runs for real."""
+    """What charmhelpers' hookenv sees as its `subprocess` module, and
+    subprocess.check_output for the charm's own tool calls: hook tools go
+    to the FakeJuju, anything else runs for real."""
 
     CalledProcessError = subprocess.CalledProcessError
     STDOUT = subprocess.STDOUT
     PIPE = subprocess.PIPE
 
-    def __init__(self, juju: FakeJuju):
+    def __init__(self, juju: FakeJuju, check_output=subprocess.check_output):
         self.juju = juju
+        self._check_output = check_output   # the real one, while a hook replaces it
 
     def _tool(self, cmd) -> Optional[str]:
         if isinstance(cmd, (list, tuple)) and cmd and hasattr(
@@ -164,7 +167,7 @@ class ToolRunner:
     def check_output(self, cmd, *args, **kwargs):
         out = self._tool(cmd)
         if out is None:
-            return subprocess.check_output(cmd, *args, **kwargs)
+            return self._check_output(cmd, *args, **kwargs)
         text = kwargs.get("universal_newlines") or kwargs.get("text")
         return out if text else out.encode()
 

@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -352,8 +353,9 @@ def _hook_process(env: dict, unit: Unit):
     trace._tracer = None
     unitdata._KV = None
     runner = ToolRunner(unit.juju)
-    saved_subprocess = hookenv.subprocess
+    saved_subprocess, saved_check_output = hookenv.subprocess, subprocess.check_output
     hookenv.subprocess = runner
+    subprocess.check_output = runner.check_output   # (the tools the charm runs itself)
     saved_version = hookenv.juju_version
     hookenv.juju_version = lambda: "3.6.0"
     try:
@@ -363,6 +365,7 @@ def _hook_process(env: dict, unit: Unit):
             unitdata._KV.close()
         unitdata._KV = None
         hookenv.subprocess = saved_subprocess
+        subprocess.check_output = saved_check_output
         hookenv.juju_version = saved_version
         hookenv.cache.clear()
         os.environ.clear()

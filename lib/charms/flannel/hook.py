@@ -11,7 +11,9 @@ adapters, facts) runs on any host.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Optional
 
@@ -85,7 +87,11 @@ class HookJuju:
                 hookenv.local_unit().split("/")[0])
 
     def bind_addresses(self, endpoint: str) -> list[dict]:
-        return hookenv.network_get(endpoint).get("bind-addresses") or []
+        # network-get itself, in JSON: hookenv.network_get first runs `jujud
+        # version` for a check every Juju the charm supports (2.9 on) passes,
+        # then parses YAML
+        shown = subprocess.check_output(["network-get", endpoint, "--format", "json"])
+        return json.loads(shown or "{}").get("bind-addresses") or []
 
     def resource_path(self, name: str) -> Optional[str]:
         return hookenv.resource_get(name) or None

@@ -346,10 +346,11 @@ class InstallRecord:
         """Whether path holds what the charm last wrote there (it reads the
         file, unless its identity is still the one recorded as the charm
         wrote it). False if gone, changed or never recorded."""
-        recorded = self.checksum(path)
+        where = _absolute(path)
+        entry = self._files.get(str(where))
         try:
-            return recorded is not None and _content_hash(
-                _absolute(path), self._files.get(str(_absolute(path)))) == recorded
+            return bool(entry and entry.get("sha256")) and \
+                _content_hash(where, entry) == entry["sha256"]
         except OSError:
             return False
 

@@ -160,7 +160,7 @@ class HookContext:
             return self.state.binding_interface
         try:
             bindings = self.juju.bind_addresses("cni")
-        except Exception:   # an old Juju, or no binding: the default route's
+        except Exception:   # no binding, or network-get failed: the default route's
             bindings = []
         # without a binding, flanneld's own choice: the default route's, of
         # IPv6 first when it runs IPv6-only
