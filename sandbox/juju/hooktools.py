@@ -639,8 +639,25 @@ def cmd_network_get(ctx, opts, args):
         write_output(ctx, next(iter(picked.values())), opts)
     elif picked:
         write_output(ctx, picked, opts)
+    elif opts.get("format") == "json":
+        write_output(ctx, network_info_json(info), opts)
     else:
         write_output(ctx, info, opts)
+
+
+# the spellings Juju's network-get prints in YAML only, beside the new ones
+# (`json:"-"` in its display struct): JSON has mac-address, interface-name
+# and each address's value alone
+YAML_ONLY_BINDING_KEYS = ("macaddress", "interfacename")
+YAML_ONLY_ADDRESS_KEYS = ("address",)
+
+
+def network_info_json(info: dict) -> dict:
+    return {**info, "bind-addresses": [
+        {**{k: v for k, v in binding.items() if k not in YAML_ONLY_BINDING_KEYS},
+         "addresses": [{k: v for k, v in address.items() if k not in YAML_ONLY_ADDRESS_KEYS}
+                       for address in binding.get("addresses", [])]}
+        for binding in info.get("bind-addresses", [])]}
 
 
 # -- unit-get -----------------------------------------------------------------

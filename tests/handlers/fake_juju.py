@@ -1,6 +1,7 @@
 """Juju's side of one unit, in this process: the hook tools charmhelpers
-calls (config-get, relation-*, status-set, juju-log, network-get,
-resource-get, ...) answered from a small model, as Juju's unit agent would.
+and the charm call (config-get, relation-*, status-set, juju-log,
+network-get, resource-get, ...) answered from a small model, as Juju's
+unit agent would.
 Juju is the one thing no machine here runs (tests/sandbox_juju proves the
 sandbox's fuller emulation against Juju's behaviour; this one is for the
 handler tier's in-process hooks)."""
@@ -35,7 +36,7 @@ class FakeJuju:
         self.statuses: list[tuple[str, str]] = []
         self.logs: list[tuple[str, str]] = []
         self.bind_addresses = [{"interface-name": "eth0",
-                                "addresses": [{"address": "172.31.254.11",
+                                "addresses": [{"value": "172.31.254.11",
                                                "cidr": "172.31.254.0/24"}]}]
         self.resources: dict[str, str] = {}
         self.version: Optional[str] = None

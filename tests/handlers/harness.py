@@ -356,8 +356,6 @@ def _hook_process(env: dict, unit: Unit):
     saved_subprocess, saved_check_output = hookenv.subprocess, subprocess.check_output
     hookenv.subprocess = runner
     subprocess.check_output = runner.check_output   # (the tools the charm runs itself)
-    saved_version = hookenv.juju_version
-    hookenv.juju_version = lambda: "3.6.0"
     try:
         yield
     finally:
@@ -366,7 +364,6 @@ def _hook_process(env: dict, unit: Unit):
         unitdata._KV = None
         hookenv.subprocess = saved_subprocess
         subprocess.check_output = saved_check_output
-        hookenv.juju_version = saved_version
         hookenv.cache.clear()
         os.environ.clear()
         os.environ.update(saved_env)

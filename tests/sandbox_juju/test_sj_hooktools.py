@@ -209,7 +209,13 @@ def test_network_get(related):
         {"hostname": "", "address": "10.99.0.10", "cidr": "10.99.0.0/24", "value": "10.99.0.10"}]
     assert full["ingress-addresses"] == ["10.99.0.10"]
     assert full["egress-subnets"] == ["10.99.0.10/32"]
-    assert json.loads(ok(related, "network-get", "--format=json", "etcd")) == full
+    # JSON without the YAML-only spellings (macaddress, interfacename, address)
+    shown = json.loads(ok(related, "network-get", "--format=json", "etcd"))
+    assert shown["bind-addresses"] == [{
+        "interface-name": "eth0", "mac-address": "02:00:0a:63:00:0a",
+        "addresses": [{"hostname": "", "cidr": "10.99.0.0/24", "value": "10.99.0.10"}]}]
+    assert {k: v for k, v in shown.items() if k != "bind-addresses"} == \
+        {k: v for k, v in full.items() if k != "bind-addresses"}
     assert ok(related, "network-get", "cni", "--primary-address") == "10.99.0.10\n"
     assert ok(related, "network-get", "--ingress-address", "cni") == "10.99.0.10\n"
     assert ok(related, "network-get", "cni", "--bind-address") == "10.99.0.10\n"

@@ -2,8 +2,8 @@
 what a step returns.
 
 Juju, as the steps ask it (steps/context.py's Juju), answers through
-charmhelpers' hookenv (the hook tools) and the interface layers' endpoints
-(interfaces/). With reactive/flannel.py, the only code that imports
+charmhelpers' hookenv (the hook tools; network-get run directly) and the
+interface layers' endpoints (interfaces/). With reactive/flannel.py, the only code that imports
 charmhelpers and charms.reactive up front (adapters/nrpe.py imports
 charmhelpers' nrpe inside its functions); everything below it (steps,
 adapters, facts) runs on any host.
@@ -90,7 +90,8 @@ class HookJuju:
         # network-get itself, in JSON: hookenv.network_get first runs `jujud
         # version` for a check every Juju the charm supports (2.9 on) passes,
         # then parses YAML
-        shown = subprocess.check_output(["network-get", endpoint, "--format", "json"])
+        shown = subprocess.check_output(["network-get", endpoint, "--format", "json"],
+                                        stderr=subprocess.DEVNULL)
         return json.loads(shown or "{}").get("bind-addresses") or []
 
     def resource_path(self, name: str) -> Optional[str]:
