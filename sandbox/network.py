@@ -46,6 +46,7 @@ API::
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -217,6 +218,14 @@ def _remove_empty_state_dirs() -> None:
             pass
 
 
+def _entries(directory: Path) -> list[Path]:
+    """What `directory` holds; nothing once it is gone."""
+    try:
+        return list(directory.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def _owner_file(tag: str) -> Path:
     return state_root() / "owners" / f"{tag}.json"
 
@@ -249,16 +258,13 @@ def cleanup_stale(force: bool = False) -> list[str]:
         if force or (tag is not None and not owner_alive(tag)):
             tags.add(tag)
     root = state_root()
-    if root.is_dir():
-        for d in root.iterdir():
-            tag = _tag_of(d.name)
-            if tag and (force or not owner_alive(tag)):
-                tags.add(tag)
-        owners = root / "owners"
-        if owners.is_dir():
-            for f in owners.glob("*.json"):
-                if force or not owner_alive(f.stem):
-                    tags.add(f.stem)
+    for d in _entries(root):
+        tag = _tag_of(d.name)
+        if tag and (force or not owner_alive(tag)):
+            tags.add(tag)
+    for f in _entries(root / "owners"):
+        if f.suffix == ".json" and (force or not owner_alive(f.stem)):
+            tags.add(f.stem)
     for tag in tags:
         prefix = f"{PREFIX}{tag}-" if tag else PREFIX
         names = [n for n in list_netns() if n.startswith(prefix) and (tag or _tag_of(n) is None)]
@@ -269,13 +275,15 @@ def cleanup_stale(force: bool = False) -> list[str]:
         for n in names:
             delete_netns(n)
             removed.append(f"netns {n}")
-        if tag and root.is_dir():
-            for d in root.iterdir():
+        # (another process's cleanup may remove the same stale tag's files
+        # at the same time: the early tiers start side by side)
+        if tag:
+            for d in _entries(root):
                 if d.name.startswith(prefix) and d.is_dir():
                     shutil.rmtree(d, ignore_errors=True)
                     removed.append(f"state {d}")
             owner = _owner_file(tag)
-            if owner.exists():
+            with contextlib.suppress(FileNotFoundError):
                 owner.unlink()
                 removed.append(f"owner {owner}")
     _remove_empty_state_dirs()

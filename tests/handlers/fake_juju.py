@@ -122,7 +122,8 @@ class FakeJuju:
 
     def _network_get(self, args):
         shown = {"bind-addresses": self.bind_addresses}
-        return json.dumps(shown) if "json" in args else yaml.safe_dump(shown)
+        as_json = "json" in args or "--format=json" in args
+        return json.dumps(shown) if as_json else yaml.safe_dump(shown)
 
     def _resource_get(self, args):
         path = self.resources.get(args[0])

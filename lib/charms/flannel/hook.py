@@ -2,11 +2,12 @@
 what a step returns.
 
 Juju, as the steps ask it (steps/context.py's Juju), answers through
-charmhelpers' hookenv (the hook tools; network-get run directly) and the
-interface layers' endpoints (interfaces/). With reactive/flannel.py, the only code that imports
-charmhelpers and charms.reactive up front (adapters/nrpe.py imports
-charmhelpers' nrpe inside its functions); everything below it (steps,
-adapters, facts) runs on any host.
+charmhelpers' hookenv (the hook tools), network-get run directly for the
+binding, and the interface layers' endpoints (interfaces/). With
+reactive/flannel.py, the only code that imports charmhelpers and
+charms.reactive up front (adapters/nrpe.py imports charmhelpers' nrpe
+inside its functions); everything below it (steps, adapters, facts) runs
+on any host.
 """
 from __future__ import annotations
 
