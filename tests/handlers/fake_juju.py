@@ -40,6 +40,7 @@ class FakeJuju:
                                                "cidr": "172.31.254.0/24"}]}]
         self.resources: dict[str, str] = {}
         self.version: Optional[str] = None
+        self.calls: list[tuple] = []    # (tool, *args), as the unit made them
         self._next_id = 0
 
     # --- the model ------------------------------------------------------------------
@@ -63,6 +64,7 @@ class FakeJuju:
     def tool(self, argv: list, input_file: Optional[str] = None) -> str:
         """One tool call: its stdout; CalledProcessError as the tool fails."""
         name, args = Path(argv[0]).name, [str(a) for a in argv[1:]]
+        self.calls.append((name, *args))
         handler = getattr(self, "_" + name.replace("-", "_"), None)
         if handler is None:
             raise subprocess.CalledProcessError(2, argv, b"", f"unknown tool {name}".encode())

@@ -20,6 +20,25 @@ def test_an_etcd_rebuilt_empty_gets_the_network_and_the_lease_back(unit):
     assert "etcd holds no flannel network config (rebuilt?)" in unit.log
 
 
+def test_update_status_asks_nothing_of_the_relations_and_their_hooks_bring_changes(unit):
+    """Juju runs a relation hook for every change of a relation's data:
+    update-status takes what the last other hook saw of etcd's and the
+    principal's (two calls to the controller fewer, per unit, every five
+    minutes), and a change reaches etcd in the relation hook that brings it."""
+    etcd, cni = deployed(unit)
+    unit.now += LATER
+    unit.juju.calls.clear()
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+    assert [call for call in unit.juju.calls if call[0] == "relation-get"] == []
+    unit.juju.relations[cni].units["kubernetes-worker/0"]["service-cidr"] = "10.152.183.0/24"
+    unit.hook("cni-relation-changed", cni, "kubernetes-worker/0")
+    assert unit.etcd_values()[f"{NETWORK}/service-cidr"] == "10.152.183.0/24"
+    unit.hook("update-status")
+    assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
+    assert unit.machine.started() == 1
+
+
 def test_a_unit_blocked_on_an_option_still_gets_its_network_back(unit):
     """The network flanneld runs is what etcd must hold: a mistyped mtu
     does not leave a rebuilt etcd empty and the node without its lease."""

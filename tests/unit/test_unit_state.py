@@ -88,7 +88,7 @@ def test_a_unit_refreshed_from_the_previous_revision_reads_what_it_wrote(tmp_pat
              "flannel.tx-checksum-turned-off", "flannel.offload-udev-rule-inputs",
              "flannel.flanneld-version", "flannel.lease-list", "flannel.registered-lease",
              "flannel.flanneld-process", "flannel.subnet-manager", "flannel.node-name",
-             "flannel.subnet-manager-left"}
+             "flannel.subnet-manager-left", "flannel.relations"}
     s = state(tmp_path)
     for key, value in previous.items():
         s.kv.set(key, value)

@@ -3,8 +3,9 @@ data, the machine's links, systemd's word on flanneld, the install record,
 what the charm remembers) and hands every step.
 
 Reading never writes: what a hook learns for the next ones (the config, the
-binding) is remembered by steps/status.py's remember() at the hook's end. Values are read
-on first use, so an idle hook pays only for what it looks at.
+binding, the relations' data) is remembered by steps/status.py's remember()
+at the hook's end. Values are read on first use, so an idle hook pays only
+for what it looks at.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..adapters.install_record import InstallRecord
 from ..adapters.machine import Machine
 from ..adapters.systemd import ServiceState, Systemd
 from ..facts import host_network
+from ..facts.digest import digest
 from ..facts.flanneld import READY_GRACE, offers_readyz
 from ..facts.netconfig import NetworkConfig
 from ..facts.options import InvalidOption, NetworkOptions, parse_options
@@ -38,6 +40,13 @@ class EtcdRelation(NamedTuple):
     ca: str
     cert: str
     key: str
+
+
+class EtcdSeen(NamedTuple):
+    """The etcd relation as a hook sees it without the credentials: where
+    etcd is, and a digest of the client credentials it gives."""
+    connection_string: str
+    credentials: str
 
 
 class Juju(Protocol):
@@ -101,6 +110,32 @@ class HookContext:
         if self.idle and self.state.config is not None:
             return self.state.config
         return dict(self.juju.config())
+
+    # --- the relations' data --------------------------------------------------------
+    def _seen(self, name: str) -> tuple[bool, object]:
+        """(True, value) where an idle hook takes what the last other hook
+        saw of a relation's data: Juju runs a relation hook for every change
+        of it. (False, None) elsewhere, or if no hook remembered it."""
+        seen = self.state.relations if self.idle else None
+        return (True, seen[name]) if seen and name in seen else (False, None)
+
+    @functools.cached_property
+    def etcd_seen(self) -> Optional[EtcdSeen]:
+        """The etcd relation without its credentials (None until etcd
+        published all of it); an idle hook takes the last other hook's."""
+        known, seen = self._seen("etcd")
+        if known:
+            return EtcdSeen(*seen) if seen else None
+        etcd = self.juju.etcd()
+        return EtcdSeen(etcd.connection_string, digest(etcd.ca, etcd.cert, etcd.key)) \
+            if etcd is not None else None
+
+    @functools.cached_property
+    def service_cidr(self) -> Optional[str]:
+        """The principal's service-cidr on the cni relation; an idle hook
+        takes the last other hook's."""
+        known, seen = self._seen("service-cidr")
+        return seen if known else self.juju.service_cidr()
 
     @functools.cached_property
     def _parsed_options(self):

@@ -51,7 +51,7 @@ def inputs(ctx: HookContext) -> Optional[str]:
     address and client credentials, or root's kubeconfig), and the
     service-cidr."""
     served = subnets.wanted(ctx).inputs(wanted(ctx))
-    return digest(*served, ctx.juju.service_cidr()) if served is not None else None
+    return digest(*served, ctx.service_cidr) if served is not None else None
 
 
 def stale(ctx: HookContext) -> Optional[str]:

@@ -91,9 +91,10 @@ def pods_left_note(ctx: HookContext, lease: Optional[SubnetEnv]) -> str:
 
 
 def remember(ctx: HookContext) -> None:
-    """What an idle hook reuses: Juju runs config-changed for every change,
-    and the binding is asked again in any other hook; flanneld's main
-    process, while it runs, stands for systemd's word on its unit."""
+    """What an idle hook reuses: Juju runs config-changed, and a relation
+    hook, for every change of the config and the relations' data, and the
+    binding is asked again in any other hook; flanneld's main process,
+    while it runs, stands for systemd's word on its unit."""
     if "flanneld_service" in vars(ctx):   # asked in this hook
         service = ctx.flanneld_service
         started = service.main_pid and ctx.machine.process_started(service.main_pid)
@@ -106,5 +107,11 @@ def remember(ctx: HookContext) -> None:
     if ctx.idle:
         return
     ctx.state.config = ctx.config
+    relations = dict(ctx.state.relations or {})   # (what this hook asked of them)
+    if "etcd_seen" in vars(ctx):
+        relations["etcd"] = list(ctx.etcd_seen) if ctx.etcd_seen else None
+    if "service_cidr" in vars(ctx):
+        relations["service-cidr"] = ctx.service_cidr
+    ctx.state.relations = relations or None
     if "binding_interface" in vars(ctx):   # asked in this hook
         ctx.state.binding_interface = ctx.binding_interface

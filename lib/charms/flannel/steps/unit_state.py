@@ -91,6 +91,13 @@ class UnitState:
     status = _Key(
         "flannel.status", "The workload status last set: update-status sets it only when it "
         "changes.")
+    relations = _Key(
+        "flannel.relations",
+        "What the last hook but update-status read of the relations: {\"etcd\": [connection "
+        "string, digest of the client credentials] or None, \"service-cidr\": the "
+        "principal's or None}. Juju runs a relation hook for every change of their data, "
+        "so an idle hook need not ask again; the credentials themselves stay in the "
+        "relation and the client files.")
     config = _Key(
         "flannel.config",
         "The charm config as the last hook but update-status read it: Juju runs "

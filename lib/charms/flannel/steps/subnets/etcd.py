@@ -47,23 +47,23 @@ class EtcdSubnets:
 
     # --- where the leases are kept ------------------------------------------------------
     def reachable(self) -> bool:
-        return self.ctx.juju.etcd() is not None
+        return self.ctx.etcd_seen is not None
 
     def waiting(self) -> list:
         # related = the relation exists: before etcd's unit joins (a new unit's
         # hooks up to start) the unit waits for it; blocked only without one
         if not self.ctx.juju.etcd_related():
             return [(Problem.NO_ETCD, None)]
-        if self.ctx.juju.etcd() is None:
+        if self.ctx.etcd_seen is None:
             return [(Problem.ETCD_CREDENTIALS, None)]
         return []
 
     def inputs(self, network: Optional[NetworkConfig]) -> Optional[tuple]:
-        etcd = self.ctx.juju.etcd()
+        etcd = self.ctx.etcd_seen
         if etcd is None:
             return None
         return (network.to_json() if network else None, etcd.connection_string,
-                [etcd.ca, etcd.cert, etcd.key])
+                etcd.credentials)
 
     # --- serve the network --------------------------------------------------------------
     def serve(self, network: NetworkConfig, out: Outcome, *, replace: bool,
@@ -79,7 +79,7 @@ class EtcdSubnets:
             return False
         # a change here reaches flanneld through its input digest
         write_client_credentials(ctx.record, ctx.paths, etcd.ca, etcd.cert, etcd.key)
-        published = ctx.juju.service_cidr()
+        published = ctx.service_cidr
         try:
             if self._served(etcd.connection_string, network, replace=replace,
                             published=published):
@@ -171,7 +171,7 @@ class EtcdSubnets:
 
     def flanneld(self, out: Outcome) -> Optional[FlanneldOn]:
         ctx = self.ctx
-        etcd = ctx.juju.etcd()
+        etcd = ctx.etcd_seen
         if etcd is None:
             return None   # waiting for etcd's client credentials (the status says so)
         try:
@@ -192,7 +192,7 @@ class EtcdSubnets:
     # --- this node's lease ----------------------------------------------------------------
     def look(self, out: Outcome, *, flanneld_started: bool) -> LeaseLook:
         ctx = self.ctx
-        etcd = ctx.juju.etcd()
+        etcd = ctx.etcd_seen
         if etcd is None:
             return LeaseLook(unreachable=True, cause=self._watch_cause(flanneld_started))
         own = own_lease(ctx)
@@ -267,7 +267,7 @@ class EtcdSubnets:
 
     def addresses_of(self, subnets: tuple) -> dict:
         ctx = self.ctx
-        etcd = ctx.juju.etcd()
+        etcd = ctx.etcd_seen
         if etcd is None or not subnets:
             return {}
         files = ctx.client_files
@@ -308,7 +308,7 @@ class EtcdSubnets:
         ones start at once. Only a lease this machine holds is given back.
         Best effort."""
         ctx = self.ctx
-        lease, etcd = ctx.lease(), ctx.juju.etcd()
+        lease, etcd = ctx.lease(), ctx.etcd_seen
         if lease is None or etcd is None:
             return
         subnet = str(lease.primary.network)

@@ -141,7 +141,7 @@ class KubeSubnets:
             backends = Counter(lease.attributes.get("BackendType") for lease in
                                (lease_of(node) for node in nodes) if lease is not None)
             refused = refusal(Cluster(backends={b: n for b, n in backends.items() if b},
-                                      service_cidr=ctx.juju.service_cidr()))
+                                      service_cidr=ctx.service_cidr))
             out.found(Problem.NETWORK, str(refused) if refused else None)
             if refused:
                 return False
