@@ -34,7 +34,11 @@ def test_update_status_asks_nothing_of_the_relations_and_their_hooks_bring_chang
     unit.juju.relations[cni].units["kubernetes-worker/0"]["service-cidr"] = "10.152.183.0/24"
     unit.hook("cni-relation-changed", cni, "kubernetes-worker/0")
     assert unit.etcd_values()[f"{NETWORK}/service-cidr"] == "10.152.183.0/24"
-    unit.hook("update-status")
+    unit.juju.calls.clear()
+    log = len(unit.log)
+    unit.hook("update-status")   # (the new service-cidr is what it remembers)
+    assert [call for call in unit.juju.calls if call[0] == "relation-get"] == []
+    assert "again:" not in unit.log[log:]   # no step's inputs changed
     assert unit.status == ("active", "Flannel subnet 10.1.52.1/24")
     assert unit.machine.started() == 1
 

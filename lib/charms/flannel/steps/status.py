@@ -107,7 +107,9 @@ def remember(ctx: HookContext) -> None:
     if ctx.idle:
         return
     ctx.state.config = ctx.config
-    relations = dict(ctx.state.relations or {})   # (what this hook asked of them)
+    # only what this hook asked: a change it did not read must not stand for
+    # the relation in the idle hooks after it (they ask Juju what is missing)
+    relations = {}
     if "etcd_seen" in vars(ctx):
         relations["etcd"] = list(ctx.etcd_seen) if ctx.etcd_seen else None
     if "service_cidr" in vars(ctx):

@@ -93,11 +93,11 @@ class UnitState:
         "changes.")
     relations = _Key(
         "flannel.relations",
-        "What the last hook but update-status read of the relations: {\"etcd\": [connection "
-        "string, digest of the client credentials] or None, \"service-cidr\": the "
-        "principal's or None}. Juju runs a relation hook for every change of their data, "
-        "so an idle hook need not ask again; the credentials themselves stay in the "
-        "relation and the client files.")
+        "What the last hook but update-status read of the relations, only what it read: "
+        "{\"etcd\": [connection string, digest of the client credentials] or None, "
+        "\"service-cidr\": the principal's or None}. Juju runs a relation hook for every "
+        "change of their data, so an idle hook need not ask again; the credentials "
+        "themselves stay in the relation and the client files.")
     config = _Key(
         "flannel.config",
         "The charm config as the last hook but update-status read it: Juju runs "
