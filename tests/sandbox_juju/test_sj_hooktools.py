@@ -216,6 +216,8 @@ def test_network_get(related):
         "addresses": [{"hostname": "", "cidr": "10.99.0.0/24", "value": "10.99.0.10"}]}]
     assert {k: v for k, v in shown.items() if k != "bind-addresses"} == \
         {k: v for k, v in full.items() if k != "bind-addresses"}
+    # (as the charm asks it: hook.py's bind_addresses)
+    assert json.loads(ok(related, "network-get", "cni", "--format", "json")) == shown
     assert ok(related, "network-get", "cni", "--primary-address") == "10.99.0.10\n"
     assert ok(related, "network-get", "--ingress-address", "cni") == "10.99.0.10\n"
     assert ok(related, "network-get", "cni", "--bind-address") == "10.99.0.10\n"
